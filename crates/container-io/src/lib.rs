@@ -1,0 +1,3 @@
+//! container-io: stamped safetensors containers, the legacy resolver and the pipelines.
+//!
+//! Being written (issue 3).

@@ -1,0 +1,28 @@
+//! quant-core: the foundation of tessera.
+//!
+//! - [`registry`]: every weight format as one row of data; the only place byte counts live.
+//! - [`codec`] / [`codecs`]: encode f32 → format bytes and decode back, one module a family.
+//! - [`api`]: whole-tensor and row-block (streaming) encode and decode, rayon across rows.
+//! - [`rotation`]: the seeded FWHT-256 under the mq4 formats.
+//! - [`kernels`]: CPU GEMV/GEMM for every format.
+//! - [`oracle`]: the f64 reference and error metric every backend is tested against.
+//! - [`tables`]: the exact E4M3-FN, UE8M0 and E2M1 decode tables.
+
+pub mod api;
+pub mod codec;
+pub mod codecs;
+pub mod error;
+pub mod kernels;
+pub mod oracle;
+pub mod real;
+pub mod registry;
+pub mod rotation;
+pub mod tables;
+pub mod tensor;
+pub mod testdata;
+
+pub use api::{EncodeOptions, decode, decode_rows, encode, encode_rows};
+pub use error::QuantError;
+pub use kernels::{gemm, gemm_stored};
+pub use registry::{FORMATS, Format, FormatSpec, Rotation, ScaleEncoding, ScaleLayout};
+pub use tensor::{EncodedTensor, QTensor};

@@ -1,0 +1,161 @@
+//! FWHT-256 with seeded signs: the orthonormal rotation under the mq4 formats.
+//!
+//! Forward: `r = (1/16) · H · D · v` over each 256-weight block along I, where H is the
+//! 256x256 Sylvester Hadamard matrix and D = diag(signs). It is orthonormal, so rotating
+//! both the weight row and the activation with the *same* forward transform preserves the
+//! dot product: `(R w) · (R x) = w · x`. Inverse: `v = D · (1/16) · H · r`.
+//!
+//! Signs come from the tensor's rotation seed through SplitMix64: word k (k = 0..4) is
+//! `splitmix64(seed + k)`, and weight j's sign is negative when bit `j % 64` of word `j / 64`
+//! is set. This derivation is part of the format (docs/FORMATS.md) and is stamped as a seed.
+
+use crate::real::Real;
+
+/// Weights per rotation block.
+pub const BLOCK: usize = 256;
+const INV_SQRT_BLOCK: f64 = 1.0 / 16.0;
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The 256 signs (+1 / -1) a seed selects.
+pub fn signs(seed: u64) -> [i8; BLOCK] {
+    let mut out = [1i8; BLOCK];
+    for (k, chunk) in out.chunks_mut(64).enumerate() {
+        let word = splitmix64(seed.wrapping_add(k as u64));
+        for (j, s) in chunk.iter_mut().enumerate() {
+            if (word >> j) & 1 == 1 {
+                *s = -1;
+            }
+        }
+    }
+    out
+}
+
+/// Unnormalised in-place Walsh-Hadamard transform of one 256-block.
+fn hadamard<T: Real>(v: &mut [T]) {
+    let mut h = 1;
+    while h < BLOCK {
+        for i in (0..BLOCK).step_by(h * 2) {
+            for j in i..i + h {
+                let a = v[j];
+                let b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+}
+
+fn apply_signs<T: Real>(v: &mut [T], signs: &[i8; BLOCK]) {
+    for (x, &s) in v.iter_mut().zip(signs.iter()) {
+        if s < 0 {
+            *x = -*x;
+        }
+    }
+}
+
+fn scale<T: Real>(v: &mut [T]) {
+    let k = T::from_f64(INV_SQRT_BLOCK);
+    for x in v.iter_mut() {
+        *x = *x * k;
+    }
+}
+
+/// Forward rotation of one 256-block in place.
+pub fn forward_block<T: Real>(v: &mut [T], signs: &[i8; BLOCK]) {
+    debug_assert_eq!(v.len(), BLOCK);
+    apply_signs(v, signs);
+    hadamard(v);
+    scale(v);
+}
+
+/// Inverse rotation of one 256-block in place.
+pub fn inverse_block<T: Real>(v: &mut [T], signs: &[i8; BLOCK]) {
+    debug_assert_eq!(v.len(), BLOCK);
+    hadamard(v);
+    scale(v);
+    apply_signs(v, signs);
+}
+
+/// Forward-rotates every 256-block of every row of a row-major [n, cols] buffer
+/// (`cols % 256 == 0`, which the rotated formats' registry rows require).
+pub fn forward_rows<T: Real>(data: &mut [T], cols: usize, seed: u64) {
+    let s = signs(seed);
+    debug_assert_eq!(cols % BLOCK, 0);
+    for block in data.chunks_exact_mut(BLOCK) {
+        forward_block(block, &s);
+    }
+}
+
+/// Inverse of [`forward_rows`].
+pub fn inverse_rows<T: Real>(data: &mut [T], cols: usize, seed: u64) {
+    let s = signs(seed);
+    debug_assert_eq!(cols % BLOCK, 0);
+    for block in data.chunks_exact_mut(BLOCK) {
+        inverse_block(block, &s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(n: usize, mut st: u64) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((st >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forward_then_inverse_is_identity_and_norm_is_kept() {
+        let x = lcg(512, 7);
+        let mut y = x.clone();
+        forward_rows(&mut y, 512, 42);
+        let n0: f64 = x.iter().map(|v| v * v).sum();
+        let n1: f64 = y.iter().map(|v| v * v).sum();
+        assert!((n0 - n1).abs() < 1e-12 * n0);
+        inverse_rows(&mut y, 512, 42);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() < 1e-14);
+        }
+    }
+
+    #[test]
+    fn rotating_both_sides_keeps_the_dot_product() {
+        let w = lcg(256, 1);
+        let x = lcg(256, 2);
+        let dot: f64 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        let (mut rw, mut rx) = (w.clone(), x.clone());
+        forward_rows(&mut rw, 256, 1042);
+        forward_rows(&mut rx, 256, 1042);
+        let rdot: f64 = rw.iter().zip(&rx).map(|(a, b)| a * b).sum();
+        assert!((dot - rdot).abs() < 1e-12);
+        assert_ne!(rw, w);
+    }
+
+    #[test]
+    fn seeds_select_different_signs_and_are_balanced() {
+        let a = signs(42);
+        let b = signs(1042);
+        assert_ne!(a, b);
+        let neg = a.iter().filter(|&&s| s < 0).count();
+        assert!((80..176).contains(&neg), "{neg} negative signs");
+    }
+
+    #[test]
+    fn single_impulse_spreads_to_plus_minus_one_sixteenth() {
+        let mut v = vec![0.0f64; 256];
+        v[3] = 1.0;
+        forward_rows(&mut v, 256, 0);
+        assert!(v.iter().all(|x| (x.abs() - 1.0 / 16.0).abs() < 1e-15));
+    }
+}

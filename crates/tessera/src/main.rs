@@ -1,0 +1,6 @@
+//! The `tessera` command-line program (placeholder main; subcommands are being written).
+fn main() {
+    for f in tessera::quant_core::FORMATS {
+        println!("{}", f.name);
+    }
+}
