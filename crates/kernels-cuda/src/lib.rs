@@ -1,7 +1,22 @@
 //! kernels-cuda: the CUDA tier of tessera.
 //!
-//! It will hold CUDA C kernels (sources in `shaders/cuda/`) compiled by NVRTC through cudarc,
-//! with libcuda loaded dynamically: GEMV for S = 1..16 for every registry format, GEMM for
-//! S >= 32 on tensor cores, the MoE grouped GEMV, and its capability table as data. Where no
-//! GPU exists every entry will return a typed "unavailable: why". Nothing is implemented
-//! yet (issue 4); this crate intentionally exports nothing until it is.
+//! - [`caps`]: the capability table as data; every launch is looked up there first.
+//! - [`layout`]: host-side launch arguments and activation preparation (rotation, padding).
+//! - [`compile`]: NVRTC builds of `shaders/cuda/gemv.cu`, cached per process.
+//! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV.
+//!
+//! GEMV runs S = 1..16 for every registry format (docs/CUDA.md). libcuda and libnvrtc are
+//! loaded at run time, so the crate builds anywhere; where no GPU exists every entry returns
+//! [`CudaError::Unavailable`] ("no CUDA device: ...") and nothing panics.
+
+pub mod caps;
+pub mod compile;
+pub mod device;
+pub mod error;
+pub mod layout;
+
+#[cfg(feature = "mutation-test")]
+pub use compile::Mutation;
+pub use caps::{CAPABILITIES, Capability, Op};
+pub use device::{CudaBackend, DeviceActivations, DeviceTensor};
+pub use error::CudaError;

@@ -36,6 +36,9 @@ pub fn task_rows(format: Format, cols: usize) -> usize {
 /// Encodes rows `[row0, row0 + n)` of an [rows, cols] tensor (`src` holds those rows,
 /// logical domain) into the matching byte ranges `weights` and `scales`
 /// (`FormatSpec::weight_range` / `scale_range`). The streaming primitive.
+// The streaming primitive takes the shape, the block and both outputs explicitly so that
+// callers slicing a memory map need no intermediate struct.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_rows(
     format: Format,
     rows: usize,

@@ -32,4 +32,9 @@ pub enum QuantError {
     OutputSize { format: Format, s: usize, rows: usize, got: usize },
     #[error("{format}: non-finite input value at row {row}, column {col}; refusing to encode")]
     NonFiniteInput { format: Format, row: usize, col: usize },
+    /// A block's values span a range whose scale or offset the format's header encoding
+    /// (fp16 or f32) cannot hold; `col` is the block's first column, `lo`/`hi` are in the
+    /// stored (for rotated formats: rotated) domain.
+    #[error("{format}: the block at column {col} spans [{lo}, {hi}], beyond what its {header} header can hold; refusing to encode")]
+    ScaleOutOfRange { format: Format, col: usize, lo: f32, hi: f32, header: &'static str },
 }

@@ -7,8 +7,11 @@
 //! - [`kernels`]: CPU GEMV/GEMM for every format.
 //! - [`oracle`]: the f64 reference and error metric every backend is tested against.
 //! - [`tables`]: the exact E4M3-FN, UE8M0 and E2M1 decode tables.
+//! - [`capability`]: the op/capability vocabulary and the `Backend` trait every backend
+//!   implements.
 
 pub mod api;
+pub mod capability;
 pub mod codec;
 pub mod codecs;
 pub mod error;

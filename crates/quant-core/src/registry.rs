@@ -140,6 +140,8 @@ pub struct FormatSpec {
     pub summary: &'static str,
 }
 
+// One argument per registry column keeps the table below readable as a table.
+#[allow(clippy::too_many_arguments)]
 const fn row(
     format: Format,
     name: &'static str,
@@ -438,7 +440,7 @@ impl FormatSpec {
         if rows == 0 || cols == 0 {
             return Err(QuantError::EmptyShape { format: self.format, rows, cols });
         }
-        if self.whole_blocks_only && cols % self.block_weights as usize != 0 {
+        if self.whole_blocks_only && !cols.is_multiple_of(self.block_weights as usize) {
             return Err(QuantError::PartialBlock {
                 format: self.format,
                 cols,
@@ -543,7 +545,7 @@ impl FormatSpec {
             }
             ScaleLayout::PerTile { rows: tr, cols: tc, .. } => {
                 let tr = tr as usize;
-                if row0 % tr != 0 || (end_row % tr != 0 && end_row != rows) {
+                if !row0.is_multiple_of(tr) || (!end_row.is_multiple_of(tr) && end_row != rows) {
                     return Err(QuantError::RowRange { format: self.format, row0, n, rows });
                 }
                 let per_band = ceil_div(cols as u64, tc as u64);

@@ -106,3 +106,35 @@ impl FormatCodec for IntRowCodec {
         decode(self.0, t, row0, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{EncodeOptions, Format, decode, encode};
+
+    /// The worked example of docs/FORMATS.md, byte for byte.
+    #[test]
+    fn formats_md_int4_row_example() {
+        let t = encode(Format::Int4Row, 1, 3, &[0.7, -0.35, 0.1], &EncodeOptions::default()).unwrap();
+        assert_eq!(t.weights, [0xc0, 0x07]);
+        assert_eq!(t.scales, (0.7f32 / -8.0).to_le_bytes());
+        assert_eq!(decode(&t.view()).unwrap(), [0.7, -0.35, -(0.7f32 / -8.0)]);
+    }
+
+    #[test]
+    fn int2_row_packs_lowest_bits_first() {
+        // d = 1.0 / -2 = -0.5: codes q = w/d = [-2, 1, 0, -1, -2] stored as q+2 = [0, 3, 2, 1, 0].
+        let t = encode(Format::Int2Row, 1, 5, &[1.0, -0.5, 0.0, 0.5, 1.0], &EncodeOptions::default())
+            .unwrap();
+        assert_eq!(t.weights, [0b01_10_11_00, 0b00]);
+        assert_eq!(decode(&t.view()).unwrap(), [1.0, -0.5, 0.0, 0.5, 1.0]);
+    }
+
+    #[test]
+    fn int8_row_uses_max_over_127() {
+        let t = encode(Format::Int8Row, 2, 2, &[1.27, -0.5, 0.0, 0.0], &EncodeOptions::default())
+            .unwrap();
+        assert_eq!(t.weights, [127, (-50i8) as u8, 0, 0]);
+        assert_eq!(&t.scales[..4], &(1.27f32 / 127.0).to_le_bytes());
+        assert_eq!(&t.scales[4..], &0f32.to_le_bytes());
+    }
+}

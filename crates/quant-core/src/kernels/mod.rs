@@ -1,34 +1,137 @@
-//! CPU kernels: y[S, O] = x[S, I] · Wᵀ for every format, rayon across rows.
+//! CPU kernels: y[S, O] = x[S, I] · Wᵀ for every format, rayon across rows, SIMD per level.
 //!
-//! Each format has a [`RowKernel`]; formats without a fused SIMD kernel use
-//! [`generic::DecodeThenDot`], which decodes a few rows into an L1-sized scratch with the
-//! format's own f32 decode and dots them with every activation row, so S > 1 reuses each
-//! decoded row. Fused kernels fold group scales into the accumulation per group.
+//! Each format has a [`RowKernel`]. Fused kernels ([`int8_row`], [`int4`], [`fp8`],
+//! [`affine256`]) read the stored bytes straight into registers — nibbles, E4M3 bytes and
+//! inline headers are decoded in-register and never written to a buffer — and fold every
+//! group or tile scale into the accumulation once per group. The other formats use
+//! [`generic::DecodeThenDot`], which decodes a few rows into an L1-sized scratch and dots
+//! them with every activation row using the SIMD dot of [`simd`].
+//!
+//! Activations are re-laid once per call ([`Activations`]): zero-padded to whole chunks, so
+//! a row's last partial chunk runs through the same vector code as the others, and for the
+//! nibble formats split into the even and odd weights of each 32-chunk, so one zero-extended
+//! load of 16 bytes yields the low nibbles (weights 2b) and high nibbles (weights 2b+1)
+//! against two contiguous activation vectors.
+//!
+//! The SIMD level is detected at run time ([`SimdLevel::detect`], cached); `*_at` entry
+//! points run an explicit level, clamped to the hardware, so tests cover every level.
 
+pub mod affine256;
+pub mod fp8;
 pub mod generic;
+pub mod int4;
+pub mod int8_row;
 pub mod simd;
+#[cfg(test)]
+mod tests;
+
+pub use simd::SimdLevel;
 
 use crate::api::rotate_activations;
 use crate::error::QuantError;
 use crate::registry::Format;
 use crate::tensor::QTensor;
 use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// How a kernel wants its activations laid out (built once per call by [`Activations`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The caller's rows as they are (stride = I).
+    Raw,
+    /// Each row zero-padded to a multiple of [`PLAIN_CHUNK`].
+    Plain,
+    /// Each row zero-padded to a multiple of [`NIBBLE_CHUNK`], every 32-chunk stored as its
+    /// 16 even-index values then its 16 odd-index values.
+    Nibble,
+    /// [`Layout::Nibble`] plus the sum of every 128 activations ([`Activations::sums128`]),
+    /// for the affine formats' zero points.
+    NibbleWithSums,
+}
+
+/// Padding unit of [`Layout::Plain`]: one 64-byte load of int8 / fp8 weights.
+pub const PLAIN_CHUNK: usize = 64;
+/// Weights one [`Layout::Nibble`] chunk holds: the 32 nibbles of one 16-byte load.
+pub const NIBBLE_CHUNK: usize = 32;
+
+/// Activations [S, I] in the layout a kernel asked for.
+pub struct Activations<'a> {
+    pub s: usize,
+    pub cols: usize,
+    /// Floats from one activation row to the next in `x`.
+    pub stride: usize,
+    pub x: Cow<'a, [f32]>,
+    /// [S, ceil(I/128)]: Σ x over each 128-weight span of the *logical* order (empty unless
+    /// the layout is [`Layout::NibbleWithSums`]).
+    pub sums128: Vec<f32>,
+    /// ceil(I/128), the row stride of `sums128`.
+    pub spans128: usize,
+}
+
+impl<'a> Activations<'a> {
+    /// Lays out `x` ([s, cols] row-major) as `layout` asks.
+    pub fn new(layout: Layout, x: &'a [f32], s: usize, cols: usize) -> Self {
+        let spans128 = cols.div_ceil(128);
+        let (stride, data) = match layout {
+            Layout::Raw => (cols, Cow::Borrowed(x)),
+            Layout::Plain => {
+                let stride = cols.div_ceil(PLAIN_CHUNK) * PLAIN_CHUNK;
+                let mut v = vec![0f32; s * stride];
+                for (dst, src) in v.chunks_exact_mut(stride).zip(x.chunks_exact(cols)) {
+                    dst[..cols].copy_from_slice(src);
+                }
+                (stride, Cow::Owned(v))
+            }
+            Layout::Nibble | Layout::NibbleWithSums => {
+                let stride = cols.div_ceil(NIBBLE_CHUNK) * NIBBLE_CHUNK;
+                let mut v = vec![0f32; s * stride];
+                for (dst, src) in v.chunks_exact_mut(stride).zip(x.chunks_exact(cols)) {
+                    for (i, &val) in src.iter().enumerate() {
+                        let (c, j) = (i / NIBBLE_CHUNK, i % NIBBLE_CHUNK);
+                        dst[c * NIBBLE_CHUNK + (j % 2) * 16 + j / 2] = val;
+                    }
+                }
+                (stride, Cow::Owned(v))
+            }
+        };
+        let sums128 = if layout == Layout::NibbleWithSums {
+            x.chunks_exact(cols)
+                .flat_map(|row| row.chunks(128).map(|c| c.iter().sum::<f32>()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Activations { s, cols, stride, x: data, sums128, spans128 }
+    }
+
+    /// Activation row `k` in the chosen layout (`stride` floats).
+    pub fn row(&self, k: usize) -> &[f32] {
+        &self.x[k * self.stride..(k + 1) * self.stride]
+    }
+}
 
 /// A format's row kernel, in the stored domain (activations already rotated).
 pub trait RowKernel: Send + Sync {
-    /// For r in 0..n and k in 0..s: `out[r * s + k] = Σ_i W[row0 + r, i] · x[k * I + i]`.
-    fn dot_rows(&self, t: &QTensor<'_>, x: &[f32], s: usize, row0: usize, n: usize, out: &mut [f32]);
+    /// The activation layout `dot_rows` expects.
+    fn layout(&self) -> Layout;
+    /// For r in 0..n and k in 0..S: `out[r * S + k] = Σ_i W[row0 + r, i] · x[k, i]`, at
+    /// `level` (already clamped to the hardware by the caller).
+    fn dot_rows(
+        &self,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &Activations<'_>,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    );
 }
 
 /// The kernel of a format. Exhaustive: a new format must say which kernel runs it.
 pub fn kernel_for(format: Format) -> &'static dyn RowKernel {
     match format {
-        Format::F32
-        | Format::F16
-        | Format::Bf16
-        | Format::Int8Row
-        | Format::Int4Row
-        | Format::Int2Row
+        Format::Int8Row => &int8_row::Int8RowKernel,
+        Format::Int4Row
         | Format::Int4G16
         | Format::Int4G32
         | Format::Int4G48
@@ -36,34 +139,48 @@ pub fn kernel_for(format: Format) -> &'static dyn RowKernel {
         | Format::Int4G96
         | Format::Int4G128
         | Format::Int4G192
-        | Format::Int4G256
+        | Format::Int4G256 => &int4::Int4Kernel,
+        Format::Fp8E4m3B128 | Format::Fp8E4m3B128Ue8m0 => &fp8::Fp8Kernel,
+        Format::Mq4G256V2 => &affine256::MQ4_V2,
+        Format::Hfq4G256 | Format::Mq4G256 => &affine256::HFQ4,
+        Format::Mq4cG256 => &affine256::MQ4C,
+        Format::F32
+        | Format::F16
+        | Format::Bf16
+        | Format::Int2Row
         | Format::Int3G64
         | Format::E8Lattice
-        | Format::Fp8E4m3B128
-        | Format::Fp8E4m3B128Ue8m0
-        | Format::Hfq4G256
-        | Format::Mq4G256
-        | Format::Mq4G256V2
-        | Format::Mq4cG256
         | Format::Mq4K
         | Format::Mxfp4 => &generic::DecodeThenDot,
     }
 }
 
-/// Rows one parallel task takes: about 256 KiB of stored weights, at least 8 rows.
+/// Rows one parallel task takes: about 256 KiB of stored weights, at least 8 rows, and a
+/// multiple of 4 so the four-row micro-kernels rarely see a remainder.
 fn task_rows(t: &QTensor<'_>) -> usize {
-    (262_144 / t.row_bytes().max(1)).clamp(8, 4096)
+    (262_144 / t.row_bytes().max(1)).clamp(8, 4096) / 4 * 4
 }
 
 /// y[S, O] = x[S, I] · Wᵀ with x in the logical domain (rotated here for rotated formats).
 pub fn gemm(t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), QuantError> {
+    gemm_at(SimdLevel::detect(), t, x, s, y)
+}
+
+/// [`gemm`] at an explicit SIMD level (lowered to what the CPU supports).
+pub fn gemm_at(
+    level: SimdLevel,
+    t: &QTensor<'_>,
+    x: &[f32],
+    s: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
     check_sizes(t, x, s, y)?;
     match t.format().spec().rotation {
-        crate::registry::Rotation::None => gemm_stored(t, x, s, y),
+        crate::registry::Rotation::None => gemm_stored_at(level, t, x, s, y),
         crate::registry::Rotation::Fwht256 => {
             let mut xr = x.to_vec();
             rotate_activations(t, &mut xr);
-            gemm_stored(t, &xr, s, y)
+            gemm_stored_at(level, t, &xr, s, y)
         }
     }
 }
@@ -71,15 +188,34 @@ pub fn gemm(t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), Q
 /// y[S, O] = x[S, I] · Wᵀ with x already in the stored (rotated) domain, so a caller that
 /// feeds one activation to several tensors of the same seed rotates it once.
 pub fn gemm_stored(t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), QuantError> {
+    gemm_stored_at(SimdLevel::detect(), t, x, s, y)
+}
+
+/// [`gemm_stored`] at an explicit SIMD level (lowered to what the CPU supports).
+pub fn gemm_stored_at(
+    level: SimdLevel,
+    t: &QTensor<'_>,
+    x: &[f32],
+    s: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
     check_sizes(t, x, s, y)?;
+    let level = level.clamp_to_hardware();
     let rows = t.rows();
     let kernel = kernel_for(t.format());
+    let acts = Activations::new(kernel.layout(), x, s, t.cols());
     let step = task_rows(t);
+    if s == 1 {
+        // [O, 1] is already [1, O]: the tasks write y directly.
+        y.par_chunks_mut(step).enumerate().for_each(|(k, out)| {
+            kernel.dot_rows(level, t, &acts, k * step, out.len(), out);
+        });
+        return Ok(());
+    }
     // Row-major [O, S] scratch so each task owns a contiguous slice; transposed at the end.
     let mut yt = vec![0f32; rows * s];
     yt.par_chunks_mut(step * s).enumerate().for_each(|(k, out)| {
-        let row0 = k * step;
-        kernel.dot_rows(t, x, s, row0, out.len() / s, out);
+        kernel.dot_rows(level, t, &acts, k * step, out.len() / s, out);
     });
     for (o, ys) in yt.chunks_exact(s).enumerate() {
         for (k, v) in ys.iter().enumerate() {
@@ -91,11 +227,105 @@ pub fn gemm_stored(t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Resul
 
 fn check_sizes(t: &QTensor<'_>, x: &[f32], s: usize, y: &[f32]) -> Result<(), QuantError> {
     let format = t.format();
-    if s == 0 || x.len() != s * t.cols() {
+    if s == 0 || Some(x.len()) != s.checked_mul(t.cols()) {
         return Err(QuantError::ActivationSize { format, s, cols: t.cols(), got: x.len() });
     }
-    if y.len() != s * t.rows() {
+    if Some(y.len()) != s.checked_mul(t.rows()) {
         return Err(QuantError::OutputSize { format, s, rows: t.rows(), got: y.len() });
     }
     Ok(())
+}
+
+/// A fused kernel's register-blocked core, one method per level: rows `o..o+R` against
+/// activation rows `t0..t0+T`, writing `out[r * S + t0 + k]` for r < R, k < T (`out` starts
+/// at row `o`'s outputs). R×T independent accumulator chains hide the FMA latency.
+pub(crate) trait Micro: Sync {
+    /// # Safety
+    /// The CPU must support [`SimdLevel::Avx512`]; rows `o..o+R` exist; `t0 + T <= S`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
+    /// # Safety
+    /// The CPU must support [`SimdLevel::Avx2`]; rows `o..o+R` exist; `t0 + T <= S`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
+    /// Rows `o..o+R` must exist and `t0 + T <= S` (checked indexing; panics otherwise).
+    fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
+}
+
+/// Runs `m` over rows `row0..row0+n` and all S activation rows: S is cut into tiles of 4,
+/// 2 and 1, and rows into blocks of R (with single rows for the remainder).
+pub(crate) fn drive<M: Micro>(level: SimdLevel, m: &M, row0: usize, n: usize, s: usize, out: &mut [f32]) {
+    let mut t0 = 0;
+    while t0 < s {
+        let left = s - t0;
+        let wide = level == SimdLevel::Avx512;
+        if left >= 4 {
+            if wide {
+                tile::<M, 2, 4>(level, m, row0, n, s, t0, out);
+            } else {
+                tile::<M, 1, 4>(level, m, row0, n, s, t0, out);
+            }
+            t0 += 4;
+        } else if left >= 2 {
+            tile::<M, 2, 2>(level, m, row0, n, s, t0, out);
+            t0 += 2;
+        } else {
+            tile::<M, 4, 1>(level, m, row0, n, s, t0, out);
+            t0 += 1;
+        }
+    }
+}
+
+/// One activation tile `t0..t0+T` over all rows: blocks of R rows, then single rows.
+fn tile<M: Micro, const R: usize, const T: usize>(
+    level: SimdLevel,
+    m: &M,
+    row0: usize,
+    n: usize,
+    s: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let mut r = 0;
+    while r + R <= n {
+        call::<M, R, T>(level, m, row0 + r, t0, &mut out[r * s..]);
+        r += R;
+    }
+    while r < n {
+        call::<M, 1, T>(level, m, row0 + r, t0, &mut out[r * s..]);
+        r += 1;
+    }
+}
+
+#[inline]
+fn call<M: Micro, const R: usize, const T: usize>(
+    level: SimdLevel,
+    m: &M,
+    o: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    match level {
+        // SAFETY: `level` was clamped to the hardware by `gemm_stored_at`; `tile` passes rows
+        // inside the task's range and `t0 + T <= S` by construction in `drive`.
+        SimdLevel::Avx512 => unsafe { m.avx512::<R, T>(o, t0, out) },
+        // SAFETY: as above, for AVX2.
+        SimdLevel::Avx2 => unsafe { m.avx2::<R, T>(o, t0, out) },
+        SimdLevel::Portable => m.portable::<R, T>(o, t0, out),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = level;
+        m.portable::<R, T>(o, t0, out)
+    }
+}
+
+/// Copies the `len < chunk` bytes of a row's last partial chunk into a zeroed buffer, so
+/// the vector code reads whole chunks and the missing weights meet zero activations.
+#[inline]
+pub(crate) fn tail_chunk<const N: usize>(src: &[u8]) -> [u8; N] {
+    let mut buf = [0u8; N];
+    buf[..src.len()].copy_from_slice(src);
+    buf
 }

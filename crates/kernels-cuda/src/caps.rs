@@ -1,0 +1,167 @@
+//! The capability table of the CUDA tier, as data: which (op, format, constraints) run
+//! natively, and which kernel build serves each row.
+//!
+//! Every launch goes through [`lookup`]: a combination that is not a row here is refused
+//! with [`CudaError::NotImplemented`] before any device work, so a caller falls back to
+//! another backend instead of getting a wrong answer. A format whose kernel is not finished
+//! is simply absent. The engine's gates and docs read this same slice.
+
+use crate::error::CudaError;
+use quant_core::Format;
+
+/// An operation a backend may offer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// y[S, O] = x[S, I] . W^T for a small batch S.
+    Gemv,
+}
+
+/// Shape constraints of a row, beyond what the registry already enforces (e.g. the
+/// 256-weight families' I % 256 == 0, which a `QTensor` cannot violate).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Constraint {
+    /// Smallest and largest activation batch S.
+    pub s_min: usize,
+    pub s_max: usize,
+}
+
+/// Which build of `shaders/cuda/gemv.cu` serves a row: the `TS_FMT_*` id and, for the
+/// grouped int4 formats, the `TS_GS` group size (0 otherwise).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub fmt: u32,
+    pub group: u32,
+}
+
+/// One row of the table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capability {
+    pub op: Op,
+    pub format: Format,
+    pub constraint: Constraint,
+    pub kernel: KernelId,
+}
+
+/// The `TS_FMT_*` ids of gemv.cu (kept in step with its `#define`s; `tests/host_emulation.rs`
+/// runs every row through the source itself, so a mismatch fails there).
+pub mod fmt_id {
+    pub const F32: u32 = 0;
+    pub const F16: u32 = 1;
+    pub const BF16: u32 = 2;
+    pub const INT8_ROW: u32 = 3;
+    pub const INT4_ROW: u32 = 4;
+    pub const INT2_ROW: u32 = 5;
+    pub const INT4_G: u32 = 6;
+    pub const INT3_G64: u32 = 7;
+    pub const E8: u32 = 8;
+    pub const FP8_F32: u32 = 9;
+    pub const FP8_UE8M0: u32 = 10;
+    pub const HFQ4: u32 = 11;
+    pub const MQ4_V2: u32 = 12;
+    pub const MQ4C: u32 = 13;
+    pub const MQ4K: u32 = 14;
+    pub const MXFP4: u32 = 15;
+}
+
+/// S = 1..=16: the GEMV kernels keep S partial sums per row in registers.
+const GEMV_S: Constraint = Constraint { s_min: 1, s_max: 16 };
+
+const fn gemv(format: Format, fmt: u32, group: u32) -> Capability {
+    Capability { op: Op::Gemv, format, constraint: GEMV_S, kernel: KernelId { fmt, group } }
+}
+
+/// The table. Order is irrelevant; (op, format) is unique (checked by a test).
+pub static CAPABILITIES: &[Capability] = &[
+    gemv(Format::F32, fmt_id::F32, 0),
+    gemv(Format::F16, fmt_id::F16, 0),
+    gemv(Format::Bf16, fmt_id::BF16, 0),
+    gemv(Format::Int8Row, fmt_id::INT8_ROW, 0),
+    gemv(Format::Int4Row, fmt_id::INT4_ROW, 0),
+    gemv(Format::Int2Row, fmt_id::INT2_ROW, 0),
+    gemv(Format::Int4G16, fmt_id::INT4_G, 16),
+    gemv(Format::Int4G32, fmt_id::INT4_G, 32),
+    gemv(Format::Int4G48, fmt_id::INT4_G, 48),
+    gemv(Format::Int4G64, fmt_id::INT4_G, 64),
+    gemv(Format::Int4G96, fmt_id::INT4_G, 96),
+    gemv(Format::Int4G128, fmt_id::INT4_G, 128),
+    gemv(Format::Int4G192, fmt_id::INT4_G, 192),
+    gemv(Format::Int4G256, fmt_id::INT4_G, 256),
+    gemv(Format::Int3G64, fmt_id::INT3_G64, 0),
+    gemv(Format::E8Lattice, fmt_id::E8, 0),
+    gemv(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0),
+    gemv(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0),
+    // hfq4-g256 and mq4-g256 share bytes; mq4's rotation is applied to the activation.
+    gemv(Format::Hfq4G256, fmt_id::HFQ4, 0),
+    gemv(Format::Mq4G256, fmt_id::HFQ4, 0),
+    gemv(Format::Mq4G256V2, fmt_id::MQ4_V2, 0),
+    gemv(Format::Mq4cG256, fmt_id::MQ4C, 0),
+    gemv(Format::Mq4K, fmt_id::MQ4K, 0),
+    gemv(Format::Mxfp4, fmt_id::MXFP4, 0),
+];
+
+/// The row that runs `op` on `format` at batch `s`, or why none does.
+pub fn lookup(op: Op, format: Format, s: usize) -> Result<&'static Capability, CudaError> {
+    let row = CAPABILITIES
+        .iter()
+        .find(|c| c.op == op && c.format == format)
+        .ok_or_else(|| CudaError::NotImplemented {
+            op,
+            format,
+            s,
+            why: "no CUDA kernel for this format".to_string(),
+        })?;
+    let c = row.constraint;
+    if s < c.s_min || s > c.s_max {
+        return Err(CudaError::NotImplemented {
+            op,
+            format,
+            s,
+            why: format!("S must be in {}..={}", c.s_min, c.s_max),
+        });
+    }
+    Ok(row)
+}
+
+/// Formats with a row for `op`, in registry order.
+pub fn formats(op: Op) -> Vec<Format> {
+    Format::all().filter(|f| CAPABILITIES.iter().any(|c| c.op == op && c.format == *f)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quant_core::ScaleLayout;
+
+    #[test]
+    fn rows_are_unique() {
+        for (k, a) in CAPABILITIES.iter().enumerate() {
+            for b in &CAPABILITIES[k + 1..] {
+                assert!(!(a.op == b.op && a.format == b.format), "duplicate row for {}", a.format);
+            }
+        }
+    }
+
+    #[test]
+    fn outside_the_table_is_refused_not_guessed() {
+        assert!(lookup(Op::Gemv, Format::Int4G64, 1).is_ok());
+        assert!(lookup(Op::Gemv, Format::Int4G64, 16).is_ok());
+        for s in [0, 17, 512] {
+            assert!(matches!(
+                lookup(Op::Gemv, Format::Int4G64, s),
+                Err(CudaError::NotImplemented { s: got, .. }) if got == s
+            ));
+        }
+    }
+
+    #[test]
+    fn grouped_rows_carry_the_registry_group_size() {
+        for c in CAPABILITIES.iter().filter(|c| c.kernel.fmt == fmt_id::INT4_G) {
+            match c.format.spec().scales {
+                ScaleLayout::PerGroup { group, .. } => assert_eq!(group, c.kernel.group, "{}", c.format),
+                other => panic!("{}: int4-g kernel on {other:?}", c.format),
+            }
+            // The kernel relies on 8-weight words never straddling a group.
+            assert_eq!(c.kernel.group % 16, 0, "{}", c.format);
+        }
+    }
+}

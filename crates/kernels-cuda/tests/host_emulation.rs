@@ -1,0 +1,205 @@
+//! Runs shaders/cuda/gemv.cu on the CPU: the kernel source compiled as host C++ (TS_HOST,
+//! tests/emu/harness.cpp), every lane of every warp executed in turn, every format of the
+//! capability table checked against the f64 oracle on the same shapes and batches as the
+//! device suite. It exercises all format-specific decoding and indexing without a GPU (the
+//! warp shuffle reduction and the launch itself are covered only on the device).
+//!
+//! It also shows, here, that each deliberate defect the device mutation runs use
+//! (TS_MUTATE_*) makes the comparison fail for every format it applies to.
+//!
+//! Needs a C++17 compiler (`$CXX`, else `c++`); without one it prints "skipped" and passes.
+
+mod common;
+
+use common::{S_LIST, TOLERANCE, check, format_rng, formats_under_test, inputs, run_seed, shapes, tensor};
+use kernels_cuda::caps::{self, Op, fmt_id};
+use kernels_cuda::layout;
+use quant_core::oracle::{POISON, reference_gemm, worst_error};
+use quant_core::{EncodedTensor, Format, ScaleLayout};
+use std::path::PathBuf;
+use std::process::Command;
+
+type EmuFn = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    *const u8,
+    i64,
+    *const u8,
+    i64,
+    *const f32,
+    i64,
+    *mut f32,
+    i64,
+    i32,
+    i32,
+    i32,
+    i32,
+) -> i32;
+
+struct Emulator {
+    _lib: libloading::Library,
+    f: EmuFn,
+}
+
+impl Emulator {
+    /// Builds the harness with the given extra `-D` symbols; `None` when no compiler exists.
+    fn build(tag: &str, defines: &[&str]) -> Option<Emulator> {
+        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let shaders = manifest.join("../../shaders/cuda");
+        let harness = manifest.join("tests/emu/harness.cpp");
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gemv_emu_{tag}.so"));
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+        let mut cmd = Command::new(&cxx);
+        cmd.args(["-std=c++17", "-O1", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas", "-Werror"])
+            .arg("-I")
+            .arg(&shaders)
+            .arg(&harness)
+            .arg("-o")
+            .arg(&out);
+        for d in defines {
+            cmd.arg(format!("-D{d}"));
+        }
+        let output = match cmd.output() {
+            Ok(o) => o,
+            Err(e) => {
+                println!("skipped: no C++ compiler ({cxx}: {e})");
+                return None;
+            }
+        };
+        assert!(
+            output.status.success(),
+            "compiling gemv.cu as host C++ failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // SAFETY: the library is the harness just compiled from this repository's sources;
+        // its initialisers are the C++ runtime's.
+        let lib = unsafe { libloading::Library::new(&out) }.expect("load the emulator");
+        // SAFETY: ts_emu_gemv is declared `extern "C"` in harness.cpp with exactly EmuFn's
+        // parameter list.
+        let f = unsafe { *lib.get::<EmuFn>(b"ts_emu_gemv\0").expect("ts_emu_gemv symbol") };
+        Some(Emulator { _lib: lib, f })
+    }
+
+    /// y[S, O] of `t` at activations `x` (logical domain), through the kernels' own host
+    /// preparation (layout.rs) and the kernel source.
+    fn gemv(&self, t: &EncodedTensor, x: &[f32], s: usize) -> Vec<f32> {
+        let cap = caps::lookup(Op::Gemv, t.format, s).expect("in the table");
+        let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
+        let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, sh.x_stride as usize)
+            .expect("activations");
+        let mut y = vec![POISON; s * t.rows];
+        // SAFETY: every pointer comes with its length; the harness copies the inputs into
+        // aligned buffers and writes exactly S * O outputs into `y`.
+        let rc = unsafe {
+            (self.f)(
+                cap.kernel.fmt as i32,
+                cap.kernel.group as i32,
+                s as i32,
+                t.weights.as_ptr(),
+                t.weights.len() as i64,
+                t.scales.as_ptr(),
+                t.scales.len() as i64,
+                xp.as_ptr(),
+                xp.len() as i64,
+                y.as_mut_ptr(),
+                sh.row_bytes,
+                sh.rows,
+                sh.cols,
+                sh.x_stride,
+                sh.sc_row,
+            )
+        };
+        assert_eq!(rc, 0, "emulator refused {} S={s}", t.format);
+        y
+    }
+}
+
+#[test]
+fn every_format_matches_the_oracle() {
+    let Some(emu) = Emulator::build("clean", &[]) else { return };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for format in formats_under_test() {
+        let mut rng = format_rng(seed, format);
+        let mut worst = 0f64;
+        for (rows, cols) in shapes(format) {
+            let t = tensor(format, rows, cols, &mut rng);
+            for s in S_LIST {
+                let x = inputs(s, cols, &mut rng);
+                let y = emu.gemv(&t, &x, s);
+                runs += 1;
+                match check(&t, &x, s, &y) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(msg) => failures.push(msg),
+                }
+            }
+        }
+        println!("{format:<22} worst error {worst:.2e}");
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn fp8_nan_poisons_exactly_its_row() {
+    let Some(emu) = Emulator::build("clean", &[]) else { return };
+    let seed = run_seed();
+    println!("seed {seed}");
+    for format in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        let mut rng = format_rng(seed, format);
+        let (rows, cols) = (131, 300);
+        let mut t = tensor(format, rows, cols, &mut rng);
+        t.weights[5 * cols + 17] = 0x7F;
+        t.weights[130 * cols + 299] = 0xFF;
+        for s in [1, 3, 16] {
+            let x = inputs(s, cols, &mut rng);
+            let y = emu.gemv(&t, &x, s);
+            check(&t, &x, s, &y).unwrap();
+            for k in 0..s {
+                for o in 0..rows {
+                    assert_eq!(y[k * rows + o].is_nan(), o == 5 || o == 130, "{format} s={k} o={o}");
+                }
+            }
+        }
+    }
+}
+
+/// Which formats a mutation must break, and a shape on which it can: more than one group,
+/// tile column or block per row, so "the next group" is a different one.
+fn mutation_applies(define: &str, format: Format) -> bool {
+    let kernel = caps::lookup(Op::Gemv, format, 1).unwrap().kernel.fmt;
+    let nibbles = matches!(
+        kernel,
+        fmt_id::INT4_ROW | fmt_id::INT4_G | fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C | fmt_id::MQ4K | fmt_id::MXFP4
+    );
+    match define {
+        "TS_MUTATE_SWAP_NIBBLES" => nibbles,
+        "TS_MUTATE_GROUP_OFF_BY_ONE" => !matches!(
+            format.spec().scales,
+            ScaleLayout::None | ScaleLayout::PerRow(_)
+        ),
+        "TS_MUTATE_SCALE_1PCT" => format.spec().scales != ScaleLayout::None,
+        other => panic!("unknown mutation {other}"),
+    }
+}
+
+#[test]
+fn each_mutation_breaks_every_format_it_touches() {
+    let seed = run_seed();
+    println!("seed {seed}");
+    for define in ["TS_MUTATE_SWAP_NIBBLES", "TS_MUTATE_GROUP_OFF_BY_ONE", "TS_MUTATE_SCALE_1PCT"] {
+        let Some(emu) = Emulator::build(&define.to_lowercase(), &[define]) else { return };
+        for format in formats_under_test().into_iter().filter(|&f| mutation_applies(define, f)) {
+            let mut rng = format_rng(seed, format);
+            let (rows, cols) = (130, 1024);
+            let t = tensor(format, rows, cols, &mut rng);
+            let x = inputs(2, cols, &mut rng);
+            let y = emu.gemv(&t, &x, 2);
+            let w = worst_error(&y, &reference_gemm(&t.view(), &x, 2));
+            println!("{define} {format:<22} error {:.2e}", w.error);
+            assert!(w.error > TOLERANCE, "{define} went unnoticed on {format} (error {:.2e})", w.error);
+        }
+    }
+}
