@@ -317,8 +317,7 @@ TS_DEV void stream_partial(const Args& a, int row0, int lane, float (&acc)[R][S]
     u32 nan[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) nan[r] = 0;
-#pragma unroll 2
-    for (i64 c = lane; c < nch; c += 32) {
+    auto step = [&](i64 c) {
         u32 v[R][NW];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -418,6 +417,15 @@ TS_DEV void stream_partial(const Args& a, int row0, int lane, float (&acc)[R][S]
                 chunk_dot<FMT, GS, S>(a, row, c, v[r], acc[r], nan[r]);
             }
         }
+        };
+    // Two chunks in flight per lane where the batch is small (memory-bound); larger batches
+    // are arithmetic-bound, and unrolling them only multiplies NVRTC's compile time.
+    if constexpr (S <= 4) {
+#pragma unroll 2
+        for (i64 c = lane; c < nch; c += 32) step(c);
+    } else {
+#pragma unroll 1
+        for (i64 c = lane; c < nch; c += 32) step(c);
     }
     // Per-row scales fold in once (the sum is linear); a NaN weight poisons its whole row.
 #pragma unroll
@@ -443,8 +451,7 @@ template <int FMT, int S, int R>
 TS_DEV void affine_partial(const Args& a, int row0, int lane, float (&acc)[R][S]) {
     const int l16 = lane & 15, half = lane >> 4;
     const int nb = (int)(a.rb / 136);
-#pragma unroll 2
-    for (int b = half; b < nb; b += 2) {
+    auto step = [&](int b) {
         U2 hdr[R], pay[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -495,6 +502,13 @@ TS_DEV void affine_partial(const Args& a, int row0, int lane, float (&acc)[R][S]
 #pragma unroll
             for (int s = 0; s < S; ++s) acc[r][s] += scale * t[s] + zero * u[s];
         }
+    };
+    if constexpr (S <= 4) {
+#pragma unroll 2
+        for (int b = half; b < nb; b += 2) step(b);
+    } else {
+#pragma unroll 1
+        for (int b = half; b < nb; b += 2) step(b);
     }
 }
 
@@ -521,8 +535,7 @@ TS_DEV void mq4k_partial(const Args& a, int row0, int lane, float (&acc)[R][S]) 
     const int l16 = lane & 15, half = lane >> 4;
     const int c = l16 >> 2, l = 8 * (l16 & 3);
     const int nb = (int)(a.rb / 144);
-#pragma unroll 2
-    for (int b = half; b < nb; b += 2) {
+    auto step = [&](int b) {
         U4 hdr[R];
         U2 pay[R];
 #pragma unroll
@@ -566,6 +579,13 @@ TS_DEV void mq4k_partial(const Args& a, int row0, int lane, float (&acc)[R][S]) 
                 for (int s = 0; s < S; ++s) acc[r][s] += scale * t[s] - zero * u[s];
             }
         }
+    };
+    if constexpr (S <= 4) {
+#pragma unroll 2
+        for (int b = half; b < nb; b += 2) step(b);
+    } else {
+#pragma unroll 1
+        for (int b = half; b < nb; b += 2) step(b);
     }
 }
 
@@ -632,6 +652,546 @@ TS_DEV void row_partial(const Args& a, int row0, int lane, float (&acc)[R][S]) {
     }
 }
 
+// ---- tensor-core path (mma.sync m16n8k16, f16 in, f32 accumulate) -----------------------
+//
+// Used where a capability row names an MMA chunk (caps.rs `MmaKernel`) and the row length
+// allows it. Every code of int4 / int8 / E4M3 / the 4-bit affine formats is exact in f16,
+// so the weights go into the tensor cores unrounded. The activation cannot: the host splits
+// it (layout.rs `split_activations`) into x_hi = f16(x * p) and x_lo = f16(x * p - x_hi),
+// with p a power of two that puts max|x| near 2^14 (no overflow, no f16 subnormal loss);
+// x_hi + x_lo carries ~22 bits, and the two halves are just two more B columns. So column
+// n of the B operand (n = 0 .. 2S-1) is activation n/2, part n%2; per 8 columns one MMA.
+//
+// A block of TS_MMA_WARPS warps owns 16 rows; its warps split the row's k-blocks among
+// them and add their partials through shared memory at the end. A k-block is what one
+// quad (4 lanes, same rows) loads in one step: each lane CBT contiguous bytes of row g and
+// of row g + 8. The MMA contracts over k in any order, so each lane feeds its own bytes'
+// columns to its own k slots (2t, 2t+1, 2t+8, 2t+9) and fetches the activations of exactly
+// those columns: no shuffles, no shared memory for the weights. A k-block never straddles
+// a group, tile or half-block (caps.rs picks CBT so), so scales fold once per k-block.
+//
+// Lane-local work is written over L lanes: L = 1 on the device (the lane is threadIdx),
+// L = 32 in the host emulation, where `mma16816` gathers the 32 lanes' fragments and does
+// the product in plain C++. So tests/emu runs this very indexing and decoding.
+
+TS_DEV u32 prmt(u32 a, u32 b, u32 sel) {
+#ifdef TS_HOST
+    const unsigned long long ab = (unsigned long long)a | ((unsigned long long)b << 32);
+    u32 r = 0;
+    for (int k = 0; k < 4; ++k) r |= (u32)((ab >> (8 * ((sel >> (4 * k)) & 7u))) & 0xFFu) << (8 * k);
+    return r;
+#else
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+#endif
+}
+
+#ifdef TS_HOST
+// f32 -> IEEE binary16 bits, round to nearest even (host only; the device uses PTX).
+static inline u32 f32_to_f16_bits(float f) {
+    union {
+        float f;
+        u32 u;
+    } c;
+    c.f = f;
+    const u32 sign = (c.u >> 16) & 0x8000u, ax = c.u & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return sign | 0x7E00u;
+    if (ax >= 0x477FF000u) return sign | 0x7C00u;
+    if (ax >= 0x38800000u) {
+        const u32 m = ax - 0x38000000u;
+        return sign | ((m + 0xFFFu + ((m >> 13) & 1u)) >> 13);
+    }
+    c.u = ax;
+    const float v = c.f * 16777216.0f;  // exact: a power of two
+    u32 q = (u32)v;
+    const float fr = v - (float)q;
+    if (fr > 0.5f || (fr == 0.5f && (q & 1u))) ++q;
+    return sign | q;
+}
+static inline u32 pack_h2(float lo, float hi) { return f32_to_f16_bits(lo) | (f32_to_f16_bits(hi) << 16); }
+#endif
+
+TS_DEV u32 hsub2(u32 a, u32 b) {
+#ifdef TS_HOST
+    return pack_h2(f16_to_f32(a & 0xFFFFu) - f16_to_f32(b & 0xFFFFu), f16_to_f32(a >> 16) - f16_to_f32(b >> 16));
+#else
+    u32 r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#endif
+}
+
+TS_DEV u32 hfma2(u32 a, u32 b, u32 c) {
+#ifdef TS_HOST
+    return pack_h2((float)((double)f16_to_f32(a & 0xFFFFu) * f16_to_f32(b & 0xFFFFu) + f16_to_f32(c & 0xFFFFu)),
+                   (float)((double)f16_to_f32(a >> 16) * f16_to_f32(b >> 16) + f16_to_f32(c >> 16)));
+#else
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#endif
+}
+
+// Two E4M3-FN bytes (low 16 bits of v) -> f16x2, exact (E4M3 subnormals are f16 normals);
+// the NaN codes give NaN, which the MMA spreads over the whole row, as the oracle wants.
+TS_DEV u32 e4m3x2_f16x2(u32 v) {
+#ifdef TS_HOST
+    u32 r = 0;
+    for (int k = 0; k < 2; ++k) {
+        const u32 b = (v >> (8 * k)) & 0xFFu;
+        r |= ((b & 0x7Fu) == 0x7Fu ? 0x7FFFu : f32_to_f16_bits(e4m3(b))) << (16 * k);
+    }
+    return r;
+#else
+    u32 r;
+    unsigned short h = (unsigned short)(v & 0xFFFFu);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+    return r;
+#endif
+}
+
+// c += A . B for one warp (PTX fragment layout of m16n8k16: g = lane / 4, t = lane % 4;
+// a0: A[g][2t, 2t+1], a1: A[g+8][2t, 2t+1], a2: A[g][2t+8, 2t+9], a3: A[g+8][2t+8, 2t+9];
+// b0: B[2t, 2t+1][g], b1: B[2t+8, 2t+9][g]; c0, c1: C[g][2t, 2t+1], c2, c3: C[g+8][2t, 2t+1]).
+template <int L>
+TS_DEV void mma16816(const u32 (&a)[L][4], const u32 (&b)[L][2], float (&c)[L][4]) {
+#ifdef TS_HOST
+    static_assert(L == 32, "the host emulation runs a whole warp");
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + h] = f16_to_f32((a[lane][0] >> (16 * h)) & 0xFFFFu);
+            A[g + 8][2 * t + h] = f16_to_f32((a[lane][1] >> (16 * h)) & 0xFFFFu);
+            A[g][2 * t + 8 + h] = f16_to_f32((a[lane][2] >> (16 * h)) & 0xFFFFu);
+            A[g + 8][2 * t + 8 + h] = f16_to_f32((a[lane][3] >> (16 * h)) & 0xFFFFu);
+            B[2 * t + h][g] = f16_to_f32((b[lane][0] >> (16 * h)) & 0xFFFFu);
+            B[2 * t + 8 + h][g] = f16_to_f32((b[lane][1] >> (16 * h)) & 0xFFFFu);
+        }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int q = 0; q < 4; ++q) {
+            const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+            float s = 0.0f;
+            for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];  // products exact in f32
+            c[lane][q] += s;
+        }
+    }
+#else
+    static_assert(L == 1, "one lane per thread on the device");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])
+        : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b[0][0]), "r"(b[0][1]));
+#endif
+}
+
+// Streamed weight loads: read once, so they bypass L1 (the activations keep it).
+template <int NW>
+TS_DEV void ld_stream(const u8* p, u32 (&v)[NW]) {
+#ifdef TS_HOST
+    for (int k = 0; k < NW; ++k) v[k] = *reinterpret_cast<const u32*>(p + 4 * k);
+#else
+    if constexpr (NW == 4) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                     : "l"(p));
+    } else if constexpr (NW == 2) {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+    } else {
+        static_assert(NW == 1, "4, 8 or 16 bytes");
+        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v[0]) : "l"(p));
+    }
+#endif
+}
+
+// Activation halves (16-byte aligned, L1-cached: every row tile reads them).
+template <int NW>
+TS_DEV void ld_x(const u8* p, u32 (&v)[NW]) {
+#pragma unroll
+    for (int k = 0; k < NW / 4; ++k) {
+        const U4 q = *reinterpret_cast<const U4*>(p + 16 * k);
+        v[4 * k] = q.x;
+        v[4 * k + 1] = q.y;
+        v[4 * k + 2] = q.z;
+        v[4 * k + 3] = q.w;
+    }
+}
+
+// Warps of a tensor-core block (layout.rs MMA_WARPS): they split one 16-row tile's k-blocks.
+#define TS_MMA_WARPS 8
+
+struct MArgs {
+    const u8* w;
+    const u8* sc;
+    const u8* xh;     // [2S, xs] f16: row 2s = x_hi of activation s, row 2s + 1 = x_lo
+    const float* xa;  // [S] 1/p, then [S, xs / 64] sums of x * p over 64-column segments
+    i64 rb;
+    int O;
+    int xs;
+    int sc_row;
+};
+
+template <int FMT>
+struct MmaFmt {
+    // 4-bit codes (2 columns a byte) or 8-bit (1); the 136-byte affine blocks; per-row scale.
+    enum {
+        NIBBLES = FMT == TS_FMT_INT4_ROW || FMT == TS_FMT_INT4_G || FMT == TS_FMT_HFQ4 || FMT == TS_FMT_MQ4_V2 ||
+                  FMT == TS_FMT_MQ4C,
+        AFFINE = FMT == TS_FMT_HFQ4 || FMT == TS_FMT_MQ4_V2 || FMT == TS_FMT_MQ4C,
+        ROW_SCALE = FMT == TS_FMT_INT4_ROW || FMT == TS_FMT_INT8_ROW,
+        CPB = NIBBLES ? 2 : 1,
+        // half2 pairs a decoded word gives, MMAs a word feeds
+        PW = NIBBLES ? 4 : 2,
+        // raw scale words a k-block needs per row (hfq4: f32 scale and zero)
+        NR = FMT == TS_FMT_HFQ4 ? 2 : 1,
+        MPW = PW / 2,
+    };
+    static_assert(FMT == TS_FMT_INT4_ROW || FMT == TS_FMT_INT4_G || FMT == TS_FMT_INT8_ROW || FMT == TS_FMT_FP8_F32 ||
+                      FMT == TS_FMT_FP8_UE8M0 || AFFINE,
+                  "no tensor-core path for this format");
+};
+
+// Word of 4 bytes -> f16x2 pairs. Nibble formats: (n0, n4), (n1, n5), (n2, n6), (n3, n7)
+// (nibble j = column j of the word); 8-bit: (b0, b1), (b2, b3). MMA j of the word takes
+// pairs 2j (k slots 2t, 2t+1) and 2j + 1 (k slots 2t+8, 2t+9).
+template <int FMT>
+TS_DEV void mma_decode(u32 w, u32 (&p)[MmaFmt<FMT>::PW]) {
+    if constexpr (MmaFmt<FMT>::NIBBLES) {
+#ifdef TS_MUTATE_SWAP_NIBBLES
+        w = ((w & 0x0F0F0F0Fu) << 4) | ((w >> 4) & 0x0F0F0F0Fu);
+#endif
+        // 0x6400 | n is the half 1024 + n; 0x6400 | 16n is 1024 + 16n.
+        const u32 w8 = w >> 8;
+        const u32 l0 = (w & 0x000F000Fu) | 0x64006400u, h0 = (w & 0x00F000F0u) | 0x64006400u;
+        const u32 l1 = (w8 & 0x000F000Fu) | 0x64006400u, h1 = (w8 & 0x00F000F0u) | 0x64006400u;
+        // Signed codes q = n - 8: subtract 1032, or scale by 1/16 and subtract 72;
+        // unsigned (affine) codes: 1024 and 64.
+        const u32 sub = MmaFmt<FMT>::AFFINE ? 0x64006400u : 0x64086408u;
+        const u32 add = MmaFmt<FMT>::AFFINE ? 0xD400D400u : 0xD480D480u;
+        p[0] = hsub2(l0, sub);
+        p[1] = hfma2(h0, 0x2C002C00u, add);
+        p[2] = hsub2(l1, sub);
+        p[3] = hfma2(h1, 0x2C002C00u, add);
+    } else if constexpr (FMT == TS_FMT_INT8_ROW) {
+        // byte ^ 0x80 = q + 128; 0x6400 | u = 1024 + u; minus 1152 = q.
+        const u32 u = w ^ 0x80808080u;
+        p[0] = hsub2(prmt(u, 0x64646464u, 0x4140u), 0x64806480u);
+        p[1] = hsub2(prmt(u, 0x64646464u, 0x4342u), 0x64806480u);
+    } else {
+        p[0] = e4m3x2_f16x2(w);
+        p[1] = e4m3x2_f16x2(w >> 16);
+    }
+}
+
+// B fragment of MMA j of word wi from the lane's activation words xw (its chunk's columns).
+template <int FMT, int NXW>
+TS_DEV void mma_b(const u32 (&xw)[NXW], int wi, int j, u32 (&b)[2]) {
+    if constexpr (MmaFmt<FMT>::NIBBLES) {
+        // Columns c..c+7 are halves in xw[4wi .. 4wi+3]; pair (c+j', c+4+j') per k slot.
+        const u32 lo = xw[4 * wi + j], hi = xw[4 * wi + 2 + j];
+        b[0] = prmt(lo, hi, 0x5410u);
+        b[1] = prmt(lo, hi, 0x7632u);
+    } else {
+        (void)j;
+        b[0] = xw[2 * wi];
+        b[1] = xw[2 * wi + 1];
+    }
+}
+
+template <int S>
+struct MmaShape {
+    enum { NT = (2 * S + 7) / 8 };
+};
+
+// Byte offset (within a row) of lane-quad position t's chunk of k-block kb, and its first
+// column.
+template <int FMT, int CBT>
+TS_DEV i64 mma_chunk_off(i64 kb, int t) {
+    if constexpr (MmaFmt<FMT>::AFFINE) {
+        static_assert(CBT == 8, "a 136-byte block is 4 k-blocks of 32 payload bytes");
+        return (kb >> 2) * 136 + 8 + (kb & 3) * 32 + 8 * t;
+    } else {
+        return kb * (4 * CBT) + CBT * t;
+    }
+}
+template <int FMT, int CBT>
+TS_DEV i64 mma_col0(i64 kb, int t) {
+    return (i64)MmaFmt<FMT>::CPB * (kb * (4 * CBT) + CBT * t);
+}
+
+template <int FMT, int CBT>
+TS_DEV i64 mma_kblocks(const MArgs& a) {
+    if constexpr (MmaFmt<FMT>::AFFINE) {
+        return (a.rb / 136) * 4;
+    } else {
+        return a.rb / (4 * CBT);
+    }
+}
+
+// The raw scale words of k-block kb for row `row` (loaded with the weights, decoded at the
+// fold): int4-g / fp8: the f32 bits (or UE8M0 byte) of its group / tile scale; affine: the
+// block's 8-byte header. Rows past O read nothing.
+template <int FMT, int GS, int CBT>
+TS_DEV void mma_scale_raw(const MArgs& a, int r0, int row, i64 kb, u32 (&sr)[MmaFmt<FMT>::NR]) {
+#pragma unroll
+    for (int k = 0; k < MmaFmt<FMT>::NR; ++k) sr[k] = 0;
+    if (row >= a.O) return;
+    const i64 col_kb = mma_col0<FMT, CBT>(kb, 0);
+    if constexpr (FMT == TS_FMT_INT4_G) {
+        const int ng = a.sc_row, grp = (int)(col_kb / GS);
+        sr[0] = *reinterpret_cast<const u32*>(a.sc + 4 * ((i64)row * ng + TS_GROUP(grp, ng)));
+    } else if constexpr (FMT == TS_FMT_FP8_F32 || FMT == TS_FMT_FP8_UE8M0) {
+        // The 16-row tile sits in one 128-row band, the k-block in one 128-column tile.
+        const int tpr = a.sc_row, tc = (int)(col_kb / 128);
+        const i64 k = (i64)(r0 / 128) * tpr + TS_GROUP(tc, tpr);
+        if constexpr (FMT == TS_FMT_FP8_F32) {
+            sr[0] = *reinterpret_cast<const u32*>(a.sc + 4 * k);
+        } else {
+            sr[0] = a.sc[k];
+        }
+    } else if constexpr (MmaFmt<FMT>::AFFINE) {
+        const int nb = (int)(a.rb / 136), b = (int)(kb >> 2);
+        (void)nb;  // read by TS_GROUP only under a mutation
+        const U2 hdr = *reinterpret_cast<const U2*>(a.w + (i64)row * a.rb + (i64)TS_GROUP(b, nb) * 136);
+        if constexpr (FMT == TS_FMT_HFQ4) {
+            sr[0] = hdr.x;
+            sr[1] = hdr.y;
+        } else {
+            // mq4-v2: k-blocks 0, 1 of a block hold its weights 0-127 (first pair);
+            // mq4c: one pair.
+            sr[0] = (FMT == TS_FMT_MQ4_V2 && (kb & 3) >= 2) ? hdr.y : hdr.x;
+        }
+    } else {
+        (void)r0;
+        (void)col_kb;
+    }
+}
+
+// acc[l][nt][q] (+)= this warp's share of the 16-row tile at r0: k-blocks warp,
+// warp + nwarps, ... C layout: q = 0, 1: row g, columns 2t, 2t+1 of n-tile nt (activation
+// 4nt + t, hi and lo parts); q = 2, 3: row g + 8. Scales of groups, tiles and blocks, and
+// the affine zero terms, are folded in; per-row scales and 1/p are the caller's.
+//
+// Software pipeline: the weights and scale words of the next U k-blocks are in flight
+// while the current U are decoded and multiplied, so DRAM latency is never waited on in
+// the steady state.
+template <int FMT, int GS, int S, int CBT, int L>
+TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
+                     float (&acc)[L][MmaShape<S>::NT][4]) {
+    typedef MmaFmt<FMT> F;
+    enum {
+        NT = MmaShape<S>::NT,
+        NW = CBT / 4,            // weight words per lane and row
+        NXW = CBT * F::CPB / 2,  // activation words (f16x2) per lane and B row
+        U = 32 / CBT,            // k-blocks a stage: 2 rows * CBT * U = 64 bytes a lane
+        KB_COLS = 4 * CBT * F::CPB,
+        SCALED = !F::ROW_SCALE,
+    };
+    static_assert(GS == 0 || GS % KB_COLS == 0, "a k-block must sit inside one group");
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[l][nt][q] = 0.0f;
+    const i64 nkb = mma_kblocks<FMT, CBT>(a);
+    const i64 stride = (i64)nwarps * U;
+
+    u32 wv[U][L][2][NW];
+    u32 sr[U][L][2][F::NR];
+    auto load = [&](i64 kb0, u32 (&w)[U][L][2][NW], u32 (&r)[U][L][2][F::NR]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 kb = kb0 + (i64)u * nwarps;
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = r0 + g + 8 * h;
+                    if (kb < nkb && row < a.O) {
+                        ld_stream<NW>(a.w + (i64)row * a.rb + mma_chunk_off<FMT, CBT>(kb, t), w[u][l][h]);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < NW; ++k) w[u][l][h][k] = 0;
+                    }
+                    if constexpr (SCALED) {
+                        if (kb < nkb) {
+                            mma_scale_raw<FMT, GS, CBT>(a, r0, row, kb, r[u][l][h]);
+                        } else {
+#pragma unroll
+                            for (int k = 0; k < F::NR; ++k) r[u][l][h][k] = 0;
+                        }
+                    }
+                }
+            }
+        }
+    };
+
+    auto compute = [&](i64 kb0, const u32 (&w)[U][L][2][NW], const u32 (&r)[U][L][2][F::NR]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 kb = kb0 + (i64)u * nwarps;
+            if (kb >= nkb) break;  // uniform across the warp
+            u32 xv[L][NT][NXW];
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int n = 8 * nt + g;
+                    if (n < 2 * S) {
+                        ld_x<NXW>(a.xh + 2 * ((i64)n * a.xs + mma_col0<FMT, CBT>(kb, t)), xv[l][nt]);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < NXW; ++k) xv[l][nt][k] = 0;
+                    }
+                }
+            }
+            // Row-scaled formats accumulate straight into acc; the others per k-block.
+            float c[L][NT][4];
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) c[l][nt][q] = SCALED ? 0.0f : acc[l][nt][q];
+#pragma unroll
+            for (int wi = 0; wi < NW; ++wi) {
+                u32 p[L][2][F::PW];
+#pragma unroll
+                for (int l = 0; l < L; ++l)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) mma_decode<FMT>(w[u][l][h][wi], p[l][h]);
+#pragma unroll
+                for (int j = 0; j < F::MPW; ++j) {
+                    u32 fa[L][4];
+#pragma unroll
+                    for (int l = 0; l < L; ++l) {
+                        fa[l][0] = p[l][0][2 * j];
+                        fa[l][1] = p[l][1][2 * j];
+                        fa[l][2] = p[l][0][2 * j + 1];
+                        fa[l][3] = p[l][1][2 * j + 1];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        u32 fb[L][2];
+                        float fc[L][4];
+#pragma unroll
+                        for (int l = 0; l < L; ++l) {
+                            mma_b<FMT, NXW>(xv[l][nt], wi, j, fb[l]);
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) fc[l][q] = c[l][nt][q];
+                        }
+                        mma16816<L>(fa, fb, fc);
+#pragma unroll
+                        for (int l = 0; l < L; ++l)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) c[l][nt][q] = fc[l][q];
+                    }
+                }
+            }
+            if constexpr (!SCALED) {
+#pragma unroll
+                for (int l = 0; l < L; ++l)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) acc[l][nt][q] = c[l][nt][q];
+            } else {
+                // Fold this k-block's partial with its scale (and zero term).
+                const i64 col_kb = mma_col0<FMT, CBT>(kb, 0);
+#pragma unroll
+                for (int l = 0; l < L; ++l) {
+                    const int lane = lane0 + l, t = lane & 3;
+                    float d[2], z[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        if constexpr (FMT == TS_FMT_INT4_G || FMT == TS_FMT_FP8_F32) {
+                            d[h] = TS_SCALE(as_f(r[u][l][h][0]));
+                        } else if constexpr (FMT == TS_FMT_FP8_UE8M0) {
+                            d[h] = TS_SCALE(ue8m0(r[u][l][h][0]));
+                        } else if constexpr (FMT == TS_FMT_HFQ4) {
+                            d[h] = TS_SCALE(as_f(r[u][l][h][0]));
+                            z[h] = as_f(r[u][l][h][F::NR - 1]);
+                        } else {
+                            const u32 pr = r[u][l][h][0];
+                            d[h] = TS_SCALE(f16_to_f32(pr & 0xFFFFu));
+                            z[h] = f16_to_f32(pr >> 16);
+                        }
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        const int s = 4 * nt + t;
+                        float xsum = 0.0f;
+                        if constexpr (F::AFFINE) {
+                            if (s < S) xsum = a.xa[S + (i64)s * (a.xs / 64) + col_kb / 64];
+                        }
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            acc[l][nt][2 * h] += d[h] * c[l][nt][2 * h] + z[h] * xsum;
+                            acc[l][nt][2 * h + 1] += d[h] * c[l][nt][2 * h + 1];
+                        }
+                    }
+                }
+            }
+        }
+    };
+
+    i64 kb0 = warp;
+    if (kb0 >= nkb) return;
+    load(kb0, wv, sr);
+    for (;;) {
+        const i64 next = kb0 + stride;
+        if (next < nkb) {
+            u32 wn[U][L][2][NW];
+            u32 sn[U][L][2][F::NR];
+            load(next, wn, sn);
+            compute(kb0, wv, sr);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int l = 0; l < L; ++l)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                        for (int k = 0; k < NW; ++k) wv[u][l][h][k] = wn[u][l][h][k];
+#pragma unroll
+                        for (int k = 0; k < F::NR; ++k) sr[u][l][h][k] = sn[u][l][h][k];
+                    }
+            kb0 = next;
+        } else {
+            compute(kb0, wv, sr);
+            break;
+        }
+    }
+}
+
+// Lane-local end: the (warp-summed) tile partial of this lane -> y, times 1/p and the
+// per-row scale.
+template <int FMT, int S>
+TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaShape<S>::NT][4], float* y) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < MmaShape<S>::NT; ++nt) {
+        const int s = 4 * nt + t;
+        if (s >= S) continue;
+        const float inv_p = a.xa[s];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + g + 8 * h;
+            if (row >= a.O) continue;
+            float v = (tot[nt][2 * h] + tot[nt][2 * h + 1]) * inv_p;
+            if constexpr (MmaFmt<FMT>::ROW_SCALE) v *= TS_SCALE(scale_f32(a.sc, row));
+            y[(i64)s * a.O + row] = v;
+        }
+    }
+}
+
 // ---- the kernels ------------------------------------------------------------------------
 
 #ifndef TS_HOST
@@ -687,6 +1247,62 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
 #error "compile with -DTS_S=<batch, 1..16>"
 #endif
 
+#ifdef TS_MMA
+// Tensor-core build (-DTS_MMA=<CBT>): exports gemv_mma_s<S>,
+//   (const u8* w, const u8* sc, const u8* xh, const float* xa, float* y,
+//    long long row_bytes, int O, int x_stride, int sc_row)
+// with xh / xa the split activations (see MArgs). A block of TS_MMA_WARPS warps owns 16 rows.
+// Blocks an SM must hold at once: 3 keeps a 6144-row GEMV (384 blocks) in one wave on 132
+// SMs at small S (<= 85 registers); larger S needs the registers more than the residency.
+#define TS_MMA_MIN_BLOCKS (TS_S <= 4 ? 3 : 2)
+#define TS_MMA_KERNEL_(S_)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * TS_MMA_WARPS, TS_MMA_MIN_BLOCKS) gemv_mma_s##S_(          \
+        const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xh,                         \
+        const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int x_stride, int sc_row) {   \
+        gemv_mma_body<S_>(w, sc, xh, xa, y, row_bytes, O, x_stride, sc_row);                                    \
+    }
+template <int S>
+__device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8* __restrict__ sc,
+                                              const u8* __restrict__ xh, const float* __restrict__ xa,
+                                              float* __restrict__ y, i64 row_bytes, int O, int x_stride, int sc_row) {
+    enum { NT = MmaShape<S>::NT };
+    __shared__ float red[TS_MMA_WARPS][NT][4][32];
+    MArgs a;
+    a.w = w;
+    a.sc = sc;
+    a.xh = xh;
+    a.xa = xa;
+    a.rb = row_bytes;
+    a.O = O;
+    a.xs = x_stride;
+    a.sc_row = sc_row;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = blockIdx.x * 16;
+    float acc[1][NT][4];
+    mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) red[warp][nt][q][lane] = acc[0][nt][q];
+    __syncthreads();
+    if (warp == 0) {
+        float tot[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                float v = 0.0f;
+#pragma unroll
+                for (int k = 0; k < TS_MMA_WARPS; ++k) v += red[k][nt][q][lane];
+                tot[nt][q] = v;
+            }
+        mma_store<TS_FMT, S>(a, r0, lane, tot, y);
+    }
+}
+#define TS_MMA_KERNEL(S_) TS_MMA_KERNEL_(S_)
+TS_MMA_KERNEL(TS_S)
+#else
+
 // One module per (format, S): only the kernel a launch needs is compiled.
 #define TS_KERNEL_(S_)                                                                                         \
     extern "C" __global__ void __launch_bounds__(128) gemv_s##S_(                                              \
@@ -696,5 +1312,6 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
     }
 #define TS_KERNEL(S_) TS_KERNEL_(S_)
 TS_KERNEL(TS_S)
+#endif  // TS_MMA
 
 #endif  // !TS_HOST

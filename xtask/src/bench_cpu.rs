@@ -2,16 +2,18 @@
 //! measured read bandwidth and candle's quantized matvec, all measured in one run.
 //!
 //! Steps, each reported as "skipped: why" when it cannot run:
-//! 1. `../shared/anchors/read_bw.c` (shared/ is the sibling of the repo root), built with
-//!    `gcc -O3 -march=native -fopenmp` and run with one OpenMP thread per core rayon uses;
-//! 2. the candle anchor (`../shared/anchors/candle_cpu`), copied to a temp dir and built with
-//!    `RUSTFLAGS="-C target-cpu=native" cargo build --release` (needs crates.io once);
+//! 1. the candle anchor (`../shared/anchors/candle_cpu`; shared/ is the sibling of the repo
+//!    root), copied to a temp dir and built with
+//!    `RUSTFLAGS="-C target-cpu=native" cargo build --release` (needs crates.io once), run;
+//! 2. `../shared/anchors/read_bw.c`, built with `gcc -O3 -march=native -fopenmp` and run with
+//!    one OpenMP thread per core rayon uses, just before and just after step 3;
 //! 3. quant-core's criterion bench `gemv` with `RUSTFLAGS="-C target-cpu=native"`, read
 //!    back from criterion's `benchmark.json` / `estimates.json` (median per call).
 //!
-//! It prints one table (shape, format, our GB/s, % of read bandwidth, candle's figures for
-//! the same shape) and writes it, with the command, CPU model and date, between the
-//! `bench-cpu` markers of docs/PERF.md, leaving the rest of that file as written.
+//! It prints one table (shape, format, our GB/s, % of read bandwidth, candle's fastest on the
+//! same shape) plus candle's figures, and writes them, with the command, CPU model, date and
+//! load average, between the `bench-cpu` markers of docs/PERF.md, leaving the rest of that
+//! file as written.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,7 +25,13 @@ const END: &str = "<!-- bench-cpu:end -->";
 /// Share of the read bandwidth the issue asks of each fused format at S=1.
 const TARGET_SHARE: f64 = 0.85;
 /// Formats the issue's targets name.
-const TARGETED: [&str; 5] = ["int8-row", "int4-row", "int4-g64", "fp8-e4m3-b128", "mq4-g256-v2"];
+const TARGETED: [&str; 5] = [
+    "int8-row",
+    "int4-row",
+    "int4-g64",
+    "fp8-e4m3-b128",
+    "mq4-g256-v2",
+];
 
 /// One of our measurements: weight bytes per call and the median seconds per call.
 struct Ours {
@@ -37,6 +45,13 @@ impl Ours {
     }
 }
 
+/// A result's key: (shape [O, I], format name, S).
+type Key = ((usize, usize), String, usize);
+/// Our figures by key.
+type Results = BTreeMap<Key, Ours>;
+/// Candle's figures, each with its shape [O, I].
+type CandleRows = Vec<((usize, usize), Candle)>;
+
 /// One candle line: format name, microseconds, GB/s.
 struct Candle {
     name: String,
@@ -49,27 +64,52 @@ pub fn run(root: &Path) -> Result<(), String> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let model = cpu_model();
     let date = command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    // Other work on the machine skews every figure here; the table says how busy it was.
+    let load_before = load_average();
 
-    let read_bw = read_bandwidth(&shared, threads);
-    match &read_bw {
-        Ok(v) => eprintln!("bench-cpu: read bandwidth {v:.1} GB/s ({threads} threads)"),
-        Err(e) => eprintln!("bench-cpu: read bandwidth skipped: {e}"),
-    }
     let candle = candle_anchor(&shared);
     if let Err(e) = &candle {
         eprintln!("bench-cpu: candle anchor skipped: {e}");
     }
+    // The ceiling is measured right before and right after our bench, and the higher of the
+    // two is the one our figures are set against (on a busy machine it moves).
+    let bw_before = read_bandwidth(&shared, threads);
     let ours = our_bench(root)?;
+    let bw_after = read_bandwidth(&shared, threads);
+    let read_bw = match (&bw_before, &bw_after) {
+        (Ok(a), Ok(b)) => Ok(a.max(*b)),
+        (Ok(v), Err(_)) | (Err(_), Ok(v)) => Ok(*v),
+        (Err(e), Err(_)) => Err(e.clone()),
+    };
+    match (&bw_before, &bw_after) {
+        (Ok(a), Ok(b)) => {
+            eprintln!("bench-cpu: read bandwidth {a:.1} / {b:.1} GB/s ({threads} threads)")
+        }
+        (Err(e), _) | (_, Err(e)) => eprintln!("bench-cpu: read bandwidth: {e}"),
+    }
 
     let table = render(&ours, read_bw.as_ref().ok().copied(), candle.as_ref().ok());
     let mut section = String::new();
     let _ = writeln!(section, "{BEGIN}\n");
     let _ = writeln!(section, "- command: `cargo xtask bench-cpu`");
-    let _ = writeln!(section, "- machine: {model}, {threads} threads");
+    let _ = writeln!(
+        section,
+        "- machine: {model}, {threads} threads; kernels' SIMD level: {}",
+        quant_core::kernels::SimdLevel::detect().name()
+    );
+    let _ = writeln!(
+        section,
+        "- load average (1/5/15 min) before the run: {load_before}; after: {}",
+        load_average()
+    );
     let _ = writeln!(section, "- date: {date}");
-    let _ = match &read_bw {
-        Ok(v) => writeln!(section, "- read bandwidth (anchors/read_bw.c, {threads} threads): {v:.1} GB/s"),
-        Err(e) => writeln!(section, "- read bandwidth: skipped: {e}"),
+    let _ = match (&bw_before, &bw_after) {
+        (Ok(a), Ok(b)) => writeln!(
+            section,
+            "- read bandwidth (anchors/read_bw.c, {threads} threads), just before / after our \
+             bench: {a:.1} / {b:.1} GB/s; % of read bw uses the higher"
+        ),
+        (Err(e), _) | (_, Err(e)) => writeln!(section, "- read bandwidth: skipped: {e}"),
     };
     if let Err(e) = &candle {
         let _ = writeln!(section, "- candle anchor: skipped: {e}");
@@ -77,6 +117,13 @@ pub fn run(root: &Path) -> Result<(), String> {
     let _ = writeln!(section, "\n{table}\n{END}");
     println!("{section}");
     write_perf_md(root, &section)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_string(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
 }
 
 fn cpu_model() -> String {
@@ -92,7 +139,9 @@ fn cpu_model() -> String {
 /// Runs a command and returns its stdout when it succeeds.
 fn command_line(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn scratch_dir(name: &str) -> Result<PathBuf, String> {
@@ -104,7 +153,10 @@ fn scratch_dir(name: &str) -> Result<PathBuf, String> {
 fn read_bandwidth(shared: &Path, threads: usize) -> Result<f64, String> {
     let src = shared.join("anchors/read_bw.c");
     if !src.is_file() {
-        return Err(format!("{} not found (shared/ must sit beside the repo root)", src.display()));
+        return Err(format!(
+            "{} not found (shared/ must sit beside the repo root)",
+            src.display()
+        ));
     }
     let bin = scratch_dir("tessera-bench-cpu")?.join("read_bw");
     let status = Command::new("gcc")
@@ -130,7 +182,7 @@ fn read_bandwidth(shared: &Path, threads: usize) -> Result<f64, String> {
         .ok_or_else(|| format!("unexpected read_bw output: {text:?}"))
 }
 
-fn candle_anchor(shared: &Path) -> Result<Vec<((usize, usize), Candle)>, String> {
+fn candle_anchor(shared: &Path) -> Result<CandleRows, String> {
     let src = shared.join("anchors/candle_cpu");
     if !src.join("Cargo.toml").is_file() {
         return Err(format!("{} not found", src.display()));
@@ -156,14 +208,18 @@ fn candle_anchor(shared: &Path) -> Result<Vec<((usize, usize), Candle)>, String>
     }
     let bin = dir.join("target/release/candle_cpu_anchor");
     eprintln!("bench-cpu: running {}", bin.display());
-    let out = Command::new(&bin).output().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let out = Command::new(&bin)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     if !out.status.success() {
         return Err(format!("candle anchor exited with {}", out.status));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<_> = text.lines().filter_map(parse_candle_line).collect();
     if rows.is_empty() {
-        return Err(format!("no figures in the candle anchor's output: {text:?}"));
+        return Err(format!(
+            "no figures in the candle anchor's output: {text:?}"
+        ));
     }
     Ok(rows)
 }
@@ -172,21 +228,30 @@ fn candle_anchor(shared: &Path) -> Result<Vec<((usize, usize), Candle)>, String>
 fn parse_candle_line(line: &str) -> Option<((usize, usize), Candle)> {
     let rest = line.strip_prefix("candle ")?;
     let name = rest.split_whitespace().next()?.to_string();
-    let num_after = |key: &str| -> Option<&str> { rest.split(key).nth(1)?.split_whitespace().next() };
+    let num_after =
+        |key: &str| -> Option<&str> { rest.split(key).nth(1)?.split_whitespace().next() };
     let o = num_after("O=")?.parse().ok()?;
     let i = num_after("I=")?.parse().ok()?;
     let words: Vec<&str> = rest.split_whitespace().collect();
-    let us = words.iter().position(|w| *w == "us").and_then(|k| words.get(k - 1)?.parse().ok())?;
-    let gbs = words.iter().position(|w| *w == "GB/s").and_then(|k| words.get(k - 1)?.parse().ok())?;
+    let us = words
+        .iter()
+        .position(|w| *w == "us")
+        .and_then(|k| words.get(k - 1)?.parse().ok())?;
+    let gbs = words
+        .iter()
+        .position(|w| *w == "GB/s")
+        .and_then(|k| words.get(k - 1)?.parse().ok())?;
     Some(((o, i), Candle { name, us, gbs }))
 }
 
 fn criterion_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from).join("criterion")
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("criterion")
 }
 
 /// Runs the gemv bench and reads back (shape, format, S) -> figures.
-fn our_bench(root: &Path) -> Result<BTreeMap<((usize, usize), String, usize), Ours>, String> {
+fn our_bench(root: &Path) -> Result<Results, String> {
     let dir = criterion_dir(root);
     // Stale figures from an earlier run must not leak into this table.
     if let Ok(entries) = std::fs::read_dir(&dir) {
@@ -209,17 +274,18 @@ fn our_bench(root: &Path) -> Result<BTreeMap<((usize, usize), String, usize), Ou
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.clone()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().is_some_and(|n| n == "benchmark.json")
                 && p.parent().is_some_and(|q| q.ends_with("new"))
+                && let Some((key, ours)) = read_result(&p)
             {
-                if let Some((key, ours)) = read_result(&p) {
-                    out.insert(key, ours);
-                }
+                out.insert(key, ours);
             }
         }
     }
@@ -244,69 +310,97 @@ fn json_num(text: &str, after: &str, key: &str) -> Option<f64> {
     rest[at..at + end].trim().parse().ok()
 }
 
-fn read_result(bench_json: &Path) -> Option<(((usize, usize), String, usize), Ours)> {
+fn read_result(bench_json: &Path) -> Option<(Key, Ours)> {
     let meta = std::fs::read_to_string(bench_json).ok()?;
     let est = std::fs::read_to_string(bench_json.with_file_name("estimates.json")).ok()?;
     let group = json_str(&meta, "group_id")?;
     let shape = group.strip_prefix("gemv/")?;
     let (o, i) = shape.split_once('x')?;
     let format = json_str(&meta, "function_id")?.to_string();
-    let s = json_str(&meta, "value_str")?.strip_prefix("S=")?.parse().ok()?;
+    let s = json_str(&meta, "value_str")?
+        .strip_prefix("S=")?
+        .parse()
+        .ok()?;
     let bytes = json_num(&meta, "\"throughput\"", "BytesDecimal")?;
     let ns = json_num(&est, "\"median\"", "point_estimate")?;
-    Some((((o.parse().ok()?, i.parse().ok()?), format, s), Ours { bytes, secs: ns * 1e-9 }))
+    Some((
+        ((o.parse().ok()?, i.parse().ok()?), format, s),
+        Ours {
+            bytes,
+            secs: ns * 1e-9,
+        },
+    ))
 }
 
-fn render(
-    ours: &BTreeMap<((usize, usize), String, usize), Ours>,
-    read_bw: Option<f64>,
-    candle: Option<&Vec<((usize, usize), Candle)>>,
-) -> String {
+fn render(ours: &Results, read_bw: Option<f64>, candle: Option<&CandleRows>) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| shape [O x I] | format | S=1 time | S=1 GB/s | % of read bw | S=16 GB/s | candle, same shape (S=1 GB/s) | vs candle's fastest | target met |"
+        "| shape [O x I] | format | S=1 time | S=1 GB/s | % of read bw | S=16 GB/s | vs candle's fastest (GB/s) | target met |"
     );
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut shapes: Vec<(usize, usize)> = ours.keys().map(|k| k.0).collect();
     shapes.dedup();
-    for shape in shapes {
-        let peers: Vec<&Candle> = candle
-            .map(|c| c.iter().filter(|(s, _)| *s == shape).map(|(_, c)| c).collect())
-            .unwrap_or_default();
-        let best = peers.iter().map(|c| c.gbs).fold(f64::NAN, f64::max);
-        let peer_text = if peers.is_empty() {
-            "n/a".to_string()
-        } else {
-            peers.iter().map(|c| format!("{} {:.2} ({:.0} us)", c.name, c.gbs, c.us)).collect::<Vec<_>>().join(", ")
-        };
-        let mut formats: Vec<&String> =
-            ours.keys().filter(|k| k.0 == shape && k.2 == 1).map(|k| &k.1).collect();
+    let peers_of = |shape: (usize, usize)| -> Vec<&Candle> {
+        candle
+            .map(|c| {
+                c.iter()
+                    .filter(|(s, _)| *s == shape)
+                    .map(|(_, c)| c)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for &shape in &shapes {
+        let peers = peers_of(shape);
+        // Candle's fastest format in weight bytes per second, on this shape, in this run.
+        let best = peers.iter().copied().max_by(|a, b| a.gbs.total_cmp(&b.gbs));
+        let mut formats: Vec<&String> = ours
+            .keys()
+            .filter(|k| k.0 == shape && k.2 == 1)
+            .map(|k| &k.1)
+            .collect();
         formats.dedup();
         for f in formats {
-            let Some(one) = ours.get(&(shape, f.clone(), 1)) else { continue };
-            let sixteen = ours.get(&(shape, f.clone(), 16)).map_or("n/a".to_string(), |r| format!("{:.2}", r.gbs()));
+            let Some(one) = ours.get(&(shape, f.clone(), 1)) else {
+                continue;
+            };
+            let sixteen = ours
+                .get(&(shape, f.clone(), 16))
+                .map_or("n/a".to_string(), |r| format!("{:.2}", r.gbs()));
             let share = read_bw.map(|bw| one.gbs() / bw);
             let share_text = share.map_or("n/a".to_string(), |v| format!("{:.0}%", 100.0 * v));
-            let vs = if best.is_nan() { "n/a".to_string() } else { format!("{:.2}x", one.gbs() / best) };
-            let met = if !TARGETED.contains(&f.as_str()) {
-                "(reference)".to_string()
-            } else {
-                match share {
-                    Some(v) if !best.is_nan() => {
-                        let ok = v >= TARGET_SHARE && one.gbs() >= best;
-                        if ok { "yes".to_string() } else { "no".to_string() }
-                    }
-                    Some(_) | None => "n/a".to_string(),
-                }
+            let vs = best.map_or("n/a".to_string(), |b| {
+                format!("{:.2}x ({} {:.2})", one.gbs() / b.gbs, b.name, b.gbs)
+            });
+            let met = match (TARGETED.contains(&f.as_str()), share, best) {
+                (false, _, _) => "(reference)",
+                (true, Some(v), Some(b)) if v >= TARGET_SHARE && one.gbs() >= b.gbs => "yes",
+                (true, Some(_), Some(_)) => "no",
+                (true, _, _) => "n/a",
             };
             let _ = writeln!(
                 t,
-                "| {}x{} | {f} | {:.0} us | {:.2} | {share_text} | {sixteen} | {peer_text} | {vs} | {met} |",
+                "| {}x{} | {f} | {:.0} us | {:.2} | {share_text} | {sixteen} | {vs} | {met} |",
                 shape.0,
                 shape.1,
                 one.secs * 1e6,
                 one.gbs()
+            );
+        }
+    }
+    let _ = writeln!(
+        t,
+        "\ncandle's quantized matvec in the same run (S=1, weight bytes per second):\n"
+    );
+    let _ = writeln!(t, "| shape [O x I] | candle format | time | GB/s |");
+    let _ = writeln!(t, "| --- | --- | ---: | ---: |");
+    for &shape in &shapes {
+        for c in peers_of(shape) {
+            let _ = writeln!(
+                t,
+                "| {}x{} | {} | {:.0} us | {:.2} |",
+                shape.0, shape.1, c.name, c.us, c.gbs
             );
         }
     }
@@ -317,7 +411,12 @@ fn write_perf_md(root: &Path, section: &str) -> Result<(), String> {
     let path = root.join("docs/PERF.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!("{}{}{}", &old[..b], section.trim_end(), &old[e + END.len()..]),
+        (Some(b), Some(e)) if e > b => format!(
+            "{}{}{}",
+            &old[..b],
+            section.trim_end(),
+            &old[e + END.len()..]
+        ),
         _ if old.is_empty() => format!("# CPU kernel performance\n\n{}\n", section.trim_end()),
         _ => format!("{}\n{}\n", old.trim_end(), section.trim_end()),
     };
@@ -344,7 +443,13 @@ mod tests {
         let meta = r#"{"group_id":"gemv/4096x4096","function_id":"f32","value_str":"S=1","throughput":{"BytesDecimal":67108864},"full_id":"x"}"#;
         let est = r#"{"mean":{"confidence_interval":{"lower_bound":1.0,"upper_bound":2.0},"point_estimate":9.0},"median":{"confidence_interval":{"lower_bound":1.0,"upper_bound":2.0},"point_estimate":73604893.5,"standard_error":2.0}}"#;
         assert_eq!(json_str(meta, "group_id"), Some("gemv/4096x4096"));
-        assert_eq!(json_num(meta, "\"throughput\"", "BytesDecimal"), Some(67108864.0));
-        assert_eq!(json_num(est, "\"median\"", "point_estimate"), Some(73604893.5));
+        assert_eq!(
+            json_num(meta, "\"throughput\"", "BytesDecimal"),
+            Some(67108864.0)
+        );
+        assert_eq!(
+            json_num(est, "\"median\"", "point_estimate"),
+            Some(73604893.5)
+        );
     }
 }

@@ -477,7 +477,20 @@ impl Container {
             | Format::Mq4G256V2
             | Format::Mq4cG256
             | Format::Mq4K
-            | Format::Mxfp4 => Dtype::U8,
+            | Format::Mxfp4
+            | Format::Q8_0
+            | Format::Q4_0
+            | Format::Q4_1
+            | Format::Q5_0
+            | Format::Q5_1
+            | Format::Q2K
+            | Format::Q3K
+            | Format::Q4K
+            | Format::Q5K
+            | Format::Q6K
+            | Format::Iq4Nl
+            | Format::Iq4Xs
+            | Format::GgufMxfp4 => Dtype::U8,
         };
         if entry.dtype != expected_dtype {
             return Err(ContainerError::WrongDtype {

@@ -9,10 +9,12 @@
 //! - [`roles`]: the tensor-role classifier for DeepSeek-V3 / GLM / Qwen / Llama / gpt-oss names.
 //! - [`census`]: shape families of a model that the legacy resolver cannot tell apart.
 //! - [`pipeline`]: quantize, repack-fp8, dequantize, verify.
+//! - [`gguf`]: llama.cpp's GGUF files: a safe parser, dequantize, and import block for block.
 
 pub mod census;
 pub mod container;
 pub mod error;
+pub mod gguf;
 pub mod header;
 pub mod legacy;
 pub mod pipeline;

@@ -174,7 +174,20 @@ pub fn plan_quantize(input: &Container, out_file: &str, opts: &QuantizeOptions) 
                 | Format::Mq4G256V2
                 | Format::Mq4cG256
                 | Format::Mq4K
-                | Format::Mxfp4 => {
+                | Format::Mxfp4
+                | Format::Q8_0
+                | Format::Q4_0
+                | Format::Q4_1
+                | Format::Q5_0
+                | Format::Q5_1
+                | Format::Q2K
+                | Format::Q3K
+                | Format::Q4K
+                | Format::Q5K
+                | Format::Q6K
+                | Format::Iq4Nl
+                | Format::Iq4Xs
+                | Format::GgufMxfp4 => {
                     if let Err(e) = format.spec().check_shape(r.rows, r.cols) {
                         return Err(input_err(
                             &file,
@@ -255,6 +268,7 @@ fn run_job(input: &Container, job: &Job, out: &Writer, seed: u64) -> Result<()> 
             let step = block_rows(*format, *cols);
             let opts = EncodeOptions {
                 rotation_seed: seed,
+                ..Default::default()
             };
             let side = crate::stamp::sidecar_name(&job.name);
             let mut buf = Vec::new();

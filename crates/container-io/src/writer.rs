@@ -167,7 +167,20 @@ impl Plan {
             | Format::Mq4G256V2
             | Format::Mq4cG256
             | Format::Mq4K
-            | Format::Mxfp4 => {
+            | Format::Mxfp4
+            | Format::Q8_0
+            | Format::Q4_0
+            | Format::Q4_1
+            | Format::Q5_0
+            | Format::Q5_1
+            | Format::Q2K
+            | Format::Q3K
+            | Format::Q4K
+            | Format::Q5K
+            | Format::Q6K
+            | Format::Iq4Nl
+            | Format::Iq4Xs
+            | Format::GgufMxfp4 => {
                 return Err(self.err(name, format!("{format} is not a dense float format")));
             }
         };

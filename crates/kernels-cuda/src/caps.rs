@@ -33,6 +33,15 @@ pub struct KernelId {
     pub group: u32,
 }
 
+/// The tensor-core build of a row (gemv.cu `-DTS_MMA`): weights decoded exactly to f16
+/// and fed to `mma.sync` against the split activation. `chunk_bytes` is what one lane loads
+/// of a row per k-block (4, 8 or 16); a quad of lanes covers `4 * chunk_bytes` bytes, which
+/// must never straddle a group, tile or half-block of the format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MmaKernel {
+    pub chunk_bytes: u32,
+}
+
 /// One row of the table.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Capability {
@@ -40,6 +49,27 @@ pub struct Capability {
     pub format: Format,
     pub constraint: Constraint,
     pub kernel: KernelId,
+    /// The tensor-core kernel, where the format has one; used when
+    /// [`Capability::mma_for`] accepts the tensor's row length.
+    pub mma: Option<MmaKernel>,
+}
+
+impl Capability {
+    /// The tensor-core kernel for rows of `row_bytes` stored bytes, if this row has one and
+    /// the rows split into whole k-blocks (the kernel has no tail path; other lengths run
+    /// the CUDA-core kernel).
+    pub fn mma_for(&self, row_bytes: usize) -> Option<MmaKernel> {
+        let m = self.mma?;
+        let affine = matches!(
+            self.kernel.fmt,
+            fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C
+        );
+        // The 136-byte blocks are indexed as 4 k-blocks each; the registry guarantees whole
+        // blocks. Flat formats need whole k-blocks (which also keeps every lane's load
+        // aligned, since rows then start on a multiple of the k-block).
+        let kblock = 4 * m.chunk_bytes as usize;
+        (affine || (row_bytes > 0 && row_bytes.is_multiple_of(kblock))).then_some(m)
+    }
 }
 
 /// The `TS_FMT_*` ids of gemv.cu (kept in step with its `#define`s; `tests/host_emulation.rs`
@@ -64,10 +94,27 @@ pub mod fmt_id {
 }
 
 /// S = 1..=16: the GEMV kernels keep S partial sums per row in registers.
-const GEMV_S: Constraint = Constraint { s_min: 1, s_max: 16 };
+const GEMV_S: Constraint = Constraint {
+    s_min: 1,
+    s_max: 16,
+};
 
 const fn gemv(format: Format, fmt: u32, group: u32) -> Capability {
-    Capability { op: Op::Gemv, format, constraint: GEMV_S, kernel: KernelId { fmt, group } }
+    Capability {
+        op: Op::Gemv,
+        format,
+        constraint: GEMV_S,
+        kernel: KernelId { fmt, group },
+        mma: None,
+    }
+}
+
+/// A row that also has a tensor-core kernel loading `chunk_bytes` a lane.
+const fn gemv_mma(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Capability {
+    Capability {
+        mma: Some(MmaKernel { chunk_bytes }),
+        ..gemv(format, fmt, group)
+    }
 }
 
 /// The table. Order is irrelevant; (op, format) is unique (checked by a test).
@@ -75,26 +122,26 @@ pub static CAPABILITIES: &[Capability] = &[
     gemv(Format::F32, fmt_id::F32, 0),
     gemv(Format::F16, fmt_id::F16, 0),
     gemv(Format::Bf16, fmt_id::BF16, 0),
-    gemv(Format::Int8Row, fmt_id::INT8_ROW, 0),
-    gemv(Format::Int4Row, fmt_id::INT4_ROW, 0),
+    gemv_mma(Format::Int8Row, fmt_id::INT8_ROW, 0, 16),
+    gemv_mma(Format::Int4Row, fmt_id::INT4_ROW, 0, 16),
     gemv(Format::Int2Row, fmt_id::INT2_ROW, 0),
     gemv(Format::Int4G16, fmt_id::INT4_G, 16),
-    gemv(Format::Int4G32, fmt_id::INT4_G, 32),
+    gemv_mma(Format::Int4G32, fmt_id::INT4_G, 32, 4),
     gemv(Format::Int4G48, fmt_id::INT4_G, 48),
-    gemv(Format::Int4G64, fmt_id::INT4_G, 64),
+    gemv_mma(Format::Int4G64, fmt_id::INT4_G, 64, 8),
     gemv(Format::Int4G96, fmt_id::INT4_G, 96),
-    gemv(Format::Int4G128, fmt_id::INT4_G, 128),
+    gemv_mma(Format::Int4G128, fmt_id::INT4_G, 128, 16),
     gemv(Format::Int4G192, fmt_id::INT4_G, 192),
-    gemv(Format::Int4G256, fmt_id::INT4_G, 256),
+    gemv_mma(Format::Int4G256, fmt_id::INT4_G, 256, 16),
     gemv(Format::Int3G64, fmt_id::INT3_G64, 0),
     gemv(Format::E8Lattice, fmt_id::E8, 0),
-    gemv(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0),
-    gemv(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0),
+    gemv_mma(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0, 16),
+    gemv_mma(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0, 16),
     // hfq4-g256 and mq4-g256 share bytes; mq4's rotation is applied to the activation.
-    gemv(Format::Hfq4G256, fmt_id::HFQ4, 0),
-    gemv(Format::Mq4G256, fmt_id::HFQ4, 0),
-    gemv(Format::Mq4G256V2, fmt_id::MQ4_V2, 0),
-    gemv(Format::Mq4cG256, fmt_id::MQ4C, 0),
+    gemv_mma(Format::Hfq4G256, fmt_id::HFQ4, 0, 8),
+    gemv_mma(Format::Mq4G256, fmt_id::HFQ4, 0, 8),
+    gemv_mma(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 8),
+    gemv_mma(Format::Mq4cG256, fmt_id::MQ4C, 0, 8),
     gemv(Format::Mq4K, fmt_id::MQ4K, 0),
     gemv(Format::Mxfp4, fmt_id::MXFP4, 0),
 ];
@@ -124,7 +171,9 @@ pub fn lookup(op: Op, format: Format, s: usize) -> Result<&'static Capability, C
 
 /// Formats with a row for `op`, in registry order.
 pub fn formats(op: Op) -> Vec<Format> {
-    Format::all().filter(|f| CAPABILITIES.iter().any(|c| c.op == op && c.format == *f)).collect()
+    Format::all()
+        .filter(|f| CAPABILITIES.iter().any(|c| c.op == op && c.format == *f))
+        .collect()
 }
 
 #[cfg(test)]
@@ -136,7 +185,11 @@ mod tests {
     fn rows_are_unique() {
         for (k, a) in CAPABILITIES.iter().enumerate() {
             for b in &CAPABILITIES[k + 1..] {
-                assert!(!(a.op == b.op && a.format == b.format), "duplicate row for {}", a.format);
+                assert!(
+                    !(a.op == b.op && a.format == b.format),
+                    "duplicate row for {}",
+                    a.format
+                );
             }
         }
     }
@@ -155,13 +208,22 @@ mod tests {
 
     #[test]
     fn grouped_rows_carry_the_registry_group_size() {
-        for c in CAPABILITIES.iter().filter(|c| c.kernel.fmt == fmt_id::INT4_G) {
+        for c in CAPABILITIES
+            .iter()
+            .filter(|c| c.kernel.fmt == fmt_id::INT4_G)
+        {
             match c.format.spec().scales {
-                ScaleLayout::PerGroup { group, .. } => assert_eq!(group, c.kernel.group, "{}", c.format),
+                ScaleLayout::PerGroup { group, .. } => {
+                    assert_eq!(group, c.kernel.group, "{}", c.format)
+                }
                 other => panic!("{}: int4-g kernel on {other:?}", c.format),
             }
             // The kernel relies on 8-weight words never straddling a group.
             assert_eq!(c.kernel.group % 16, 0, "{}", c.format);
+            // The tensor-core k-block (4 lanes x chunk bytes, 2 weights a byte) sits in one group.
+            if let Some(m) = c.mma {
+                assert_eq!(c.kernel.group % (8 * m.chunk_bytes), 0, "{}", c.format);
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! `--gpu-architecture=sm_XY` from the device's compute capability, and the PTX is kept in
 //! a process-wide map, so every later launch of the same build is a hash lookup.
 
-use crate::caps::KernelId;
+use crate::caps::{KernelId, MmaKernel};
 use crate::error::CudaError;
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use std::collections::HashMap;
@@ -53,6 +53,9 @@ impl Mutation {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModuleKey {
     pub kernel: KernelId,
+    /// The tensor-core build (`-DTS_MMA=<chunk bytes>`, exporting `gemv_mma_s<S>`), or the
+    /// CUDA-core one (`gemv_s<S>`).
+    pub mma: Option<MmaKernel>,
     pub s: usize,
     /// `sm_XY`.
     pub arch: String,
@@ -63,7 +66,10 @@ pub struct ModuleKey {
 impl ModuleKey {
     /// The kernel's exported name.
     pub fn function_name(&self) -> String {
-        format!("gemv_s{}", self.s)
+        match self.mma {
+            Some(_) => format!("gemv_mma_s{}", self.s),
+            None => format!("gemv_s{}", self.s),
+        }
     }
 
     /// NVRTC options of this build.
@@ -75,6 +81,9 @@ impl ModuleKey {
             format!("-DTS_GS={}", self.kernel.group),
             format!("-DTS_S={}", self.s),
         ];
+        if let Some(m) = self.mma {
+            o.push(format!("-DTS_MMA={}", m.chunk_bytes));
+        }
         if let Some(m) = self.mutation {
             o.push(format!("-D{m}"));
         }
@@ -97,7 +106,9 @@ pub fn nvrtc_available() -> Result<(), CudaError> {
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(CudaError::Unavailable { why: "no NVRTC: libnvrtc.so not found".into() })
+        Err(CudaError::Unavailable {
+            why: "no NVRTC: libnvrtc.so not found".into(),
+        })
     }
 }
 
@@ -106,15 +117,18 @@ fn cache() -> &'static Mutex<HashMap<ModuleKey, Ptx>> {
     PTX.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The PTX of `key`, compiled on first use. The lock is held across the compile, so two
-/// threads asking for one build compile it once.
+/// The PTX of `key`, compiled on first use. The lock is not held while NVRTC runs, so
+/// [`prewarm`] compiles in parallel; two threads racing for one build both compile it and
+/// keep either result (they are identical).
 pub fn ptx(key: &ModuleKey) -> Result<Ptx, CudaError> {
     // A poisoned lock only means another thread panicked mid-insert; the map is still valid.
-    let mut map = cache().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = map.get(key) {
+    if let Some(p) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(key) {
         return Ok(p.clone());
     }
-    let opts = CompileOptions { options: key.options(), ..Default::default() };
+    let opts = CompileOptions {
+        options: key.options(),
+        ..Default::default()
+    };
     let ptx = compile_ptx_with_opts(GEMV_SOURCE, opts).map_err(|e| CudaError::Compile {
         module: key.describe(),
         log: match e {
@@ -122,8 +136,41 @@ pub fn ptx(key: &ModuleKey) -> Result<Ptx, CudaError> {
             other => format!("{other:?}"),
         },
     })?;
-    map.insert(key.clone(), ptx.clone());
+    cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone(), ptx.clone());
     Ok(ptx)
+}
+
+/// Compiles `keys` on all cores (NVRTC is thread-safe), so a run that will need many
+/// builds pays for them once, in parallel, up front.
+pub fn prewarm(keys: &[ModuleKey]) -> Result<(), CudaError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(keys.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let first_error: Mutex<Option<CudaError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(key) = keys.get(k) else { break };
+                    if let Err(e) = ptx(key) {
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -134,7 +181,11 @@ mod tests {
     #[test]
     fn options_name_the_build() {
         let key = ModuleKey {
-            kernel: KernelId { fmt: fmt_id::INT4_G, group: 64 },
+            kernel: KernelId {
+                fmt: fmt_id::INT4_G,
+                group: 64,
+            },
+            mma: None,
             s: 3,
             arch: arch_of(9, 0),
             mutation: None,
@@ -142,7 +193,13 @@ mod tests {
         assert_eq!(key.function_name(), "gemv_s3");
         assert_eq!(
             key.options(),
-            ["--gpu-architecture=sm_90", "-std=c++17", "-DTS_FMT=6", "-DTS_GS=64", "-DTS_S=3"]
+            [
+                "--gpu-architecture=sm_90",
+                "-std=c++17",
+                "-DTS_FMT=6",
+                "-DTS_GS=64",
+                "-DTS_S=3"
+            ]
         );
     }
 
@@ -169,7 +226,11 @@ mod tests {
         ];
         for (name, id) in ids {
             let line = format!("#define {name} {id}\n");
-            assert!(GEMV_SOURCE.contains(&line), "gemv.cu lacks `{}`", line.trim());
+            assert!(
+                GEMV_SOURCE.contains(&line),
+                "gemv.cu lacks `{}`",
+                line.trim()
+            );
         }
         // The rows-per-warp rule of the source is layout::rows_per_warp's.
         assert!(GEMV_SOURCE.contains("enum { R = S <= 4 ? 2 : 4 };"));
@@ -179,8 +240,15 @@ mod tests {
     #[cfg(feature = "mutation-test")]
     #[test]
     fn mutations_exist_in_the_source_and_are_off_by_default() {
-        for m in [Mutation::SwapNibbles, Mutation::GroupOffByOne, Mutation::Scale1Pct] {
-            assert!(GEMV_SOURCE.contains(&format!("#ifdef {}", m.define())), "{m:?}");
+        for m in [
+            Mutation::SwapNibbles,
+            Mutation::GroupOffByOne,
+            Mutation::Scale1Pct,
+        ] {
+            assert!(
+                GEMV_SOURCE.contains(&format!("#ifdef {}", m.define())),
+                "{m:?}"
+            );
         }
         assert_eq!(Mutation::parse("scale-1pct"), Some(Mutation::Scale1Pct));
         assert_eq!(Mutation::parse("nope"), None);

@@ -5,11 +5,13 @@
 //! and NVRTC libraries can be opened at all, and only then makes its first cudarc call
 //! (itself inside `catch_unwind`, should the loader panic on something the probe missed).
 
-use crate::caps::{self, KernelId, Op};
+use crate::caps::{self, KernelId, MmaKernel, Op};
 use crate::compile::{self, ModuleKey};
 use crate::error::CudaError;
 use crate::layout::{self, BLOCK_THREADS, LaunchShape};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use quant_core::oracle::POISON;
 use quant_core::{Format, QTensor};
 use std::collections::HashMap;
@@ -30,14 +32,17 @@ pub fn probe_libraries() -> Result<(), CudaError> {
     let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     if !nvrtc {
         return Err(CudaError::Unavailable {
-            why: "no CUDA device: libnvrtc.so not found (the kernels are compiled at run time)".into(),
+            why: "no CUDA device: libnvrtc.so not found (the kernels are compiled at run time)"
+                .into(),
         });
     }
     Ok(())
 }
 
 fn unavailable(detail: String) -> CudaError {
-    CudaError::Unavailable { why: format!("no CUDA device: {detail}") }
+    CudaError::Unavailable {
+        why: format!("no CUDA device: {detail}"),
+    }
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
@@ -82,6 +87,11 @@ impl DeviceTensor {
     pub fn cols(&self) -> usize {
         self.cols
     }
+    /// Whether [`KernelPath::Auto`] runs this tensor on the tensor cores at batch `s`.
+    pub fn uses_tensor_cores(&self, s: usize) -> bool {
+        caps::lookup(Op::Gemv, self.format, s)
+            .is_ok_and(|c| c.mma_for(self.shape.row_bytes as usize).is_some())
+    }
     /// Stored weight bytes plus sidecar bytes: what one GEMV must read.
     pub fn stored_bytes(&self) -> usize {
         self.weight_bytes + self.scale_bytes
@@ -96,6 +106,19 @@ pub struct DeviceActivations {
     format: Format,
     rotation_seed: u64,
     x: CudaSlice<f32>,
+    /// The f16 hi/lo split and its 1/p and segment sums ([`layout::split_activations`]),
+    /// for tensors whose GEMV runs on the tensor cores.
+    split: Option<(CudaSlice<u16>, CudaSlice<f32>)>,
+}
+
+/// Which kernel a launch uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KernelPath {
+    /// The tensor-core kernel where the capability row has one and the shape allows it
+    /// ([`caps::Capability::mma_for`]), else the CUDA-core kernel.
+    Auto,
+    /// Always the CUDA-core kernel (for comparisons).
+    CudaCores,
 }
 
 impl DeviceActivations {
@@ -119,12 +142,16 @@ impl CudaBackend {
     fn open(mutation: Option<&'static str>) -> Result<CudaBackend, CudaError> {
         probe_libraries()?;
         let opened = catch_unwind(AssertUnwindSafe(|| -> Result<_, CudaError> {
-            let count = CudaContext::device_count().map_err(|e| unavailable(format!("cuInit/cuDeviceGetCount failed: {e:?}")))?;
+            let count = CudaContext::device_count()
+                .map_err(|e| unavailable(format!("cuInit/cuDeviceGetCount failed: {e:?}")))?;
             if count < 1 {
                 return Err(unavailable("the driver reports 0 devices".into()));
             }
-            let ctx = CudaContext::new(0).map_err(|e| unavailable(format!("cannot open device 0: {e:?}")))?;
-            let (major, minor) = ctx.compute_capability().map_err(CudaError::driver("compute capability"))?;
+            let ctx = CudaContext::new(0)
+                .map_err(|e| unavailable(format!("cannot open device 0: {e:?}")))?;
+            let (major, minor) = ctx
+                .compute_capability()
+                .map_err(CudaError::driver("compute capability"))?;
             let name = ctx.name().map_err(CudaError::driver("device name"))?;
             Ok((ctx, major, minor, name))
         }));
@@ -155,14 +182,28 @@ impl CudaBackend {
     }
 
     /// The compiled kernel of `kernel` at batch `s` (NVRTC on first use).
-    fn function(&self, kernel: KernelId, s: usize) -> Result<CudaFunction, CudaError> {
-        let key = ModuleKey { kernel, s, arch: self.arch.clone(), mutation: self.mutation };
+    fn function(
+        &self,
+        kernel: KernelId,
+        mma: Option<MmaKernel>,
+        s: usize,
+    ) -> Result<CudaFunction, CudaError> {
+        let key = ModuleKey {
+            kernel,
+            mma,
+            s,
+            arch: self.arch.clone(),
+            mutation: self.mutation,
+        };
         let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = map.get(&key) {
             return Ok(f.clone());
         }
         let ptx = compile::ptx(&key)?;
-        let module = self.ctx.load_module(ptx).map_err(CudaError::driver("loading a compiled module"))?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(CudaError::driver("loading a compiled module"))?;
         let f = module
             .load_function(&key.function_name())
             .map_err(CudaError::driver("finding the kernel in its module"))?;
@@ -170,10 +211,38 @@ impl CudaBackend {
         Ok(f)
     }
 
+    /// Compiles, in parallel, the GEMV builds of `formats` at batches `batches` (those in
+    /// the capability table, CUDA-core and tensor-core), so later launches find them ready.
+    pub fn prewarm(&self, formats: &[Format], batches: &[usize]) -> Result<(), CudaError> {
+        let mut keys = Vec::new();
+        for &f in formats {
+            for &s in batches {
+                if let Ok(cap) = caps::lookup(Op::Gemv, f, s) {
+                    for mma in [None, cap.mma] {
+                        let key = ModuleKey {
+                            kernel: cap.kernel,
+                            mma,
+                            s,
+                            arch: self.arch.clone(),
+                            mutation: self.mutation,
+                        };
+                        if !keys.contains(&key) {
+                            keys.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        compile::prewarm(&keys)
+    }
+
     /// Uploads a tensor's stored bytes as they are.
     pub fn upload(&self, t: &QTensor<'_>) -> Result<DeviceTensor, CudaError> {
         let shape = layout::launch_shape(t.format(), t.rows(), t.cols())?;
-        let weights = self.stream.clone_htod(t.weights()).map_err(CudaError::driver("uploading weights"))?;
+        let weights = self
+            .stream
+            .clone_htod(t.weights())
+            .map_err(CudaError::driver("uploading weights"))?;
         let scales = if t.scales().is_empty() {
             self.stream.clone_htod(&[0u8; 16][..])
         } else {
@@ -206,8 +275,14 @@ impl CudaBackend {
             shape: t.shape,
             weight_bytes: t.weight_bytes,
             scale_bytes: t.scale_bytes,
-            weights: self.stream.clone_dtod(&t.weights).map_err(CudaError::driver("copying weights"))?,
-            scales: self.stream.clone_dtod(&t.scales).map_err(CudaError::driver("copying scales"))?,
+            weights: self
+                .stream
+                .clone_dtod(&t.weights)
+                .map_err(CudaError::driver("copying weights"))?,
+            scales: self
+                .stream
+                .clone_dtod(&t.scales)
+                .map_err(CudaError::driver("copying scales"))?,
         };
         self.check_alignment(&copy)?;
         Ok(copy)
@@ -229,11 +304,42 @@ impl CudaBackend {
 
     /// Rotates (for rotated formats), pads and uploads activations `x` ([s, I], logical
     /// domain) for GEMVs with `w`.
-    pub fn upload_activations(&self, w: &DeviceTensor, x: &[f32], s: usize) -> Result<DeviceActivations, CudaError> {
-        caps::lookup(Op::Gemv, w.format, s)?;
-        let host = layout::prepare_activations(w.format, w.cols, w.rotation_seed, x, s, w.shape.x_stride as usize)?;
-        let x = self.stream.clone_htod(&host).map_err(CudaError::driver("uploading activations"))?;
-        Ok(DeviceActivations { s, cols: w.cols, format: w.format, rotation_seed: w.rotation_seed, x })
+    pub fn upload_activations(
+        &self,
+        w: &DeviceTensor,
+        x: &[f32],
+        s: usize,
+    ) -> Result<DeviceActivations, CudaError> {
+        let cap = caps::lookup(Op::Gemv, w.format, s)?;
+        let x_stride = w.shape.x_stride as usize;
+        let host = layout::prepare_activations(w.format, w.cols, w.rotation_seed, x, s, x_stride)?;
+        let split = match cap.mma_for(w.shape.row_bytes as usize) {
+            Some(_) => {
+                let (halves, aux) = layout::split_activations(&host, s, x_stride);
+                let h = self
+                    .stream
+                    .clone_htod(&halves)
+                    .map_err(CudaError::driver("uploading activations"))?;
+                let a = self
+                    .stream
+                    .clone_htod(&aux)
+                    .map_err(CudaError::driver("uploading activations"))?;
+                Some((h, a))
+            }
+            None => None,
+        };
+        let x = self
+            .stream
+            .clone_htod(&host)
+            .map_err(CudaError::driver("uploading activations"))?;
+        Ok(DeviceActivations {
+            s,
+            cols: w.cols,
+            format: w.format,
+            rotation_seed: w.rotation_seed,
+            x,
+            split,
+        })
     }
 
     /// A device output buffer [s, O] filled with [`POISON`].
@@ -242,14 +348,34 @@ impl CudaBackend {
             format: w.format,
             what: format!("S={s} x O={} overflows", w.rows),
         })?;
-        self.stream.clone_htod(&vec![POISON; n]).map_err(CudaError::driver("allocating the output"))
+        self.stream
+            .clone_htod(&vec![POISON; n])
+            .map_err(CudaError::driver("allocating the output"))
     }
 
-    /// Enqueues y[S, O] = x . W^T on the backend's stream (asynchronous; the caller syncs).
-    pub fn gemv_launch(&self, w: &DeviceTensor, x: &DeviceActivations, y: &mut CudaSlice<f32>) -> Result<(), CudaError> {
+    /// Enqueues y[S, O] = x . W^T on the backend's stream (asynchronous; the caller syncs),
+    /// on the tensor cores where the format and shape allow.
+    pub fn gemv_launch(
+        &self,
+        w: &DeviceTensor,
+        x: &DeviceActivations,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        self.gemv_launch_path(w, x, y, KernelPath::Auto)
+    }
+
+    /// [`CudaBackend::gemv_launch`] with the kernel choice made by the caller.
+    pub fn gemv_launch_path(
+        &self,
+        w: &DeviceTensor,
+        x: &DeviceActivations,
+        y: &mut CudaSlice<f32>,
+        path: KernelPath,
+    ) -> Result<(), CudaError> {
         let cap = caps::lookup(Op::Gemv, w.format, x.s)?;
         let rotation_matches = x.format.spec().rotation == w.format.spec().rotation
-            && (x.format.spec().rotation == quant_core::Rotation::None || x.rotation_seed == w.rotation_seed);
+            && (x.format.spec().rotation == quant_core::Rotation::None
+                || x.rotation_seed == w.rotation_seed);
         if x.cols != w.cols || !rotation_matches {
             return Err(CudaError::Shape {
                 format: w.format,
@@ -262,16 +388,51 @@ impl CudaBackend {
         if y.len() < x.s * w.rows {
             return Err(CudaError::Shape {
                 format: w.format,
-                what: format!("output holds {} values, expected S={} x O={}", y.len(), x.s, w.rows),
+                what: format!(
+                    "output holds {} values, expected S={} x O={}",
+                    y.len(),
+                    x.s,
+                    w.rows
+                ),
             });
         }
-        let f = self.function(cap.kernel, x.s)?;
+        let sh = w.shape;
+        let mma = match path {
+            KernelPath::Auto => cap.mma_for(sh.row_bytes as usize),
+            KernelPath::CudaCores => None,
+        };
+        if let (Some(m), Some((xh, xa))) = (mma, &x.split) {
+            let f = self.function(cap.kernel, Some(m), x.s)?;
+            let cfg = LaunchConfig {
+                grid_dim: (layout::mma_grid_blocks(w.rows)?, 1, 1),
+                block_dim: (32 * layout::MMA_WARPS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&f);
+            b.arg(&w.weights)
+                .arg(&w.scales)
+                .arg(xh)
+                .arg(xa)
+                .arg(y)
+                .arg(&sh.row_bytes)
+                .arg(&sh.rows)
+                .arg(&sh.x_stride)
+                .arg(&sh.sc_row);
+            // SAFETY: the argument list matches gemv.cu's gemv_mma_s<S> (u8*, u8*, u16*, f32*,
+            // f32*, i64, i32, i32, i32); `xh` holds 2S x x_stride halves and `xa` S + S x
+            // x_stride / 64 floats (layout::split_activations for this tensor's stride),
+            // `y` at least S * rows floats (checked above); the kernel guards rows against
+            // `rows`, and `mma_for` admitted only rows made of whole k-blocks, so every
+            // weight load stays inside its row.
+            unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
+            return Ok(());
+        }
+        let f = self.function(cap.kernel, None, x.s)?;
         let cfg = LaunchConfig {
             grid_dim: (layout::grid_blocks(w.rows, x.s)?, 1, 1),
             block_dim: (BLOCK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let sh = w.shape;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&w.weights)
             .arg(&w.scales)
@@ -294,11 +455,27 @@ impl CudaBackend {
     /// y[S, O] = x[S, I] . W^T with `x` in the logical domain; the output is poisoned before
     /// the launch, so an output the kernel fails to write can never pass as a result.
     pub fn gemv(&self, w: &DeviceTensor, x: &[f32], s: usize) -> Result<Vec<f32>, CudaError> {
+        self.gemv_path(w, x, s, KernelPath::Auto)
+    }
+
+    /// [`CudaBackend::gemv`] with the kernel choice made by the caller (tests, benchmarks).
+    pub fn gemv_path(
+        &self,
+        w: &DeviceTensor,
+        x: &[f32],
+        s: usize,
+        path: KernelPath,
+    ) -> Result<Vec<f32>, CudaError> {
         let xa = self.upload_activations(w, x, s)?;
         let mut y = self.poisoned_output(w, s)?;
-        self.gemv_launch(w, &xa, &mut y)?;
-        let out = self.stream.clone_dtoh(&y).map_err(CudaError::driver("reading the output"))?;
-        self.stream.synchronize().map_err(CudaError::driver("waiting for the GEMV"))?;
+        self.gemv_launch_path(w, &xa, &mut y, path)?;
+        let out = self
+            .stream
+            .clone_dtoh(&y)
+            .map_err(CudaError::driver("reading the output"))?;
+        self.stream
+            .synchronize()
+            .map_err(CudaError::driver("waiting for the GEMV"))?;
         Ok(out)
     }
 }

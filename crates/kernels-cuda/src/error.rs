@@ -13,7 +13,12 @@ pub enum CudaError {
     /// The combination is not a row of the capability table ([`crate::caps::CAPABILITIES`]),
     /// so no kernel runs it; the caller falls back (never a wrong answer).
     #[error("not implemented on CUDA: {op:?} of {format} with S = {s} ({why})")]
-    NotImplemented { op: Op, format: Format, s: usize, why: String },
+    NotImplemented {
+        op: Op,
+        format: Format,
+        s: usize,
+        why: String,
+    },
     /// Caller buffers or dimensions that do not match the tensor.
     #[error("{format}: {what}")]
     Shape { format: Format, what: String },
@@ -21,15 +26,23 @@ pub enum CudaError {
     Quant(#[from] QuantError),
     /// A CUDA driver call failed.
     #[error("CUDA driver error during {during}: {detail}")]
-    Driver { during: &'static str, detail: String },
+    Driver {
+        during: &'static str,
+        detail: String,
+    },
     /// NVRTC refused a kernel source (a bug in shaders/cuda/, never an input problem).
     #[error("NVRTC could not compile {module}: {log}")]
     Compile { module: String, log: String },
 }
 
 impl CudaError {
-    pub(crate) fn driver(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
-        move |e| CudaError::Driver { during, detail: format!("{e:?}") }
+    pub(crate) fn driver(
+        during: &'static str,
+    ) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
+        move |e| CudaError::Driver {
+            during,
+            detail: format!("{e:?}"),
+        }
     }
 
     /// True for [`CudaError::Unavailable`]: the machine has no GPU, the tests skip.

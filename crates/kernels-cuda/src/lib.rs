@@ -15,8 +15,8 @@ pub mod device;
 pub mod error;
 pub mod layout;
 
+pub use caps::{CAPABILITIES, Capability, Op};
 #[cfg(feature = "mutation-test")]
 pub use compile::Mutation;
-pub use caps::{CAPABILITIES, Capability, Op};
-pub use device::{CudaBackend, DeviceActivations, DeviceTensor};
+pub use device::{CudaBackend, DeviceActivations, DeviceTensor, KernelPath};
 pub use error::CudaError;

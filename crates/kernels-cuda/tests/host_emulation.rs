@@ -11,7 +11,9 @@
 
 mod common;
 
-use common::{S_LIST, TOLERANCE, check, format_rng, formats_under_test, inputs, run_seed, shapes, tensor};
+use common::{
+    S_LIST, TOLERANCE, check, format_rng, formats_under_test, inputs, run_seed, shapes, tensor,
+};
 use kernels_cuda::caps::{self, Op, fmt_id};
 use kernels_cuda::layout;
 use quant_core::oracle::{POISON, reference_gemm, worst_error};
@@ -37,9 +39,30 @@ type EmuFn = unsafe extern "C" fn(
     i32,
 ) -> i32;
 
+type EmuMmaFn = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    i32,
+    *const u8,
+    i64,
+    *const u8,
+    i64,
+    *const u16,
+    i64,
+    *const f32,
+    i64,
+    *mut f32,
+    i64,
+    i32,
+    i32,
+    i32,
+) -> i32;
+
 struct Emulator {
     _lib: libloading::Library,
     f: EmuFn,
+    mma: EmuMmaFn,
 }
 
 impl Emulator {
@@ -51,12 +74,20 @@ impl Emulator {
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gemv_emu_{tag}.so"));
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
         let mut cmd = Command::new(&cxx);
-        cmd.args(["-std=c++17", "-O1", "-fPIC", "-shared", "-Wall", "-Wno-unknown-pragmas", "-Werror"])
-            .arg("-I")
-            .arg(&shaders)
-            .arg(&harness)
-            .arg("-o")
-            .arg(&out);
+        cmd.args([
+            "-std=c++17",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-Wall",
+            "-Wno-unknown-pragmas",
+            "-Werror",
+        ])
+        .arg("-I")
+        .arg(&shaders)
+        .arg(&harness)
+        .arg("-o")
+        .arg(&out);
         for d in defines {
             cmd.arg(format!("-D{d}"));
         }
@@ -77,8 +108,17 @@ impl Emulator {
         let lib = unsafe { libloading::Library::new(&out) }.expect("load the emulator");
         // SAFETY: ts_emu_gemv is declared `extern "C"` in harness.cpp with exactly EmuFn's
         // parameter list.
-        let f = unsafe { *lib.get::<EmuFn>(b"ts_emu_gemv\0").expect("ts_emu_gemv symbol") };
-        Some(Emulator { _lib: lib, f })
+        let f = unsafe {
+            *lib.get::<EmuFn>(b"ts_emu_gemv\0")
+                .expect("ts_emu_gemv symbol")
+        };
+        // SAFETY: ts_emu_gemv_mma is declared `extern "C"` in harness.cpp with exactly
+        // EmuMmaFn's parameter list.
+        let mma = unsafe {
+            *lib.get::<EmuMmaFn>(b"ts_emu_gemv_mma\0")
+                .expect("ts_emu_gemv_mma symbol")
+        };
+        Some(Emulator { _lib: lib, f, mma })
     }
 
     /// y[S, O] of `t` at activations `x` (logical domain), through the kernels' own host
@@ -86,8 +126,15 @@ impl Emulator {
     fn gemv(&self, t: &EncodedTensor, x: &[f32], s: usize) -> Vec<f32> {
         let cap = caps::lookup(Op::Gemv, t.format, s).expect("in the table");
         let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
-        let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, sh.x_stride as usize)
-            .expect("activations");
+        let xp = layout::prepare_activations(
+            t.format,
+            t.cols,
+            t.rotation_seed,
+            x,
+            s,
+            sh.x_stride as usize,
+        )
+        .expect("activations");
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
@@ -113,53 +160,122 @@ impl Emulator {
         assert_eq!(rc, 0, "emulator refused {} S={s}", t.format);
         y
     }
+
+    /// The tensor-core kernel's y, where the capability row has one for this shape.
+    fn gemv_mma(&self, t: &EncodedTensor, x: &[f32], s: usize) -> Option<Vec<f32>> {
+        let cap = caps::lookup(Op::Gemv, t.format, s).expect("in the table");
+        let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
+        let m = cap.mma_for(sh.row_bytes as usize)?;
+        let xs = sh.x_stride as usize;
+        let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
+            .expect("activations");
+        let (xh, xa) = layout::split_activations(&xp, s, xs);
+        let mut y = vec![POISON; s * t.rows];
+        // SAFETY: every pointer comes with its length; the harness copies the inputs into
+        // aligned buffers and writes exactly S * O outputs into `y`.
+        let rc = unsafe {
+            (self.mma)(
+                cap.kernel.fmt as i32,
+                cap.kernel.group as i32,
+                m.chunk_bytes as i32,
+                s as i32,
+                t.weights.as_ptr(),
+                t.weights.len() as i64,
+                t.scales.as_ptr(),
+                t.scales.len() as i64,
+                xh.as_ptr(),
+                xh.len() as i64,
+                xa.as_ptr(),
+                xa.len() as i64,
+                y.as_mut_ptr(),
+                sh.row_bytes,
+                sh.rows,
+                sh.x_stride,
+                sh.sc_row,
+            )
+        };
+        assert_eq!(rc, 0, "emulator refused the tensor-core {} S={s}", t.format);
+        Some(y)
+    }
+
+    /// Every kernel that serves this shape: the CUDA-core one, and the tensor-core one
+    /// where it applies.
+    fn all_paths(&self, t: &EncodedTensor, x: &[f32], s: usize) -> Vec<(&'static str, Vec<f32>)> {
+        let mut out = vec![("cuda-cores", self.gemv(t, x, s))];
+        if let Some(y) = self.gemv_mma(t, x, s) {
+            out.push(("tensor-cores", y));
+        }
+        out
+    }
 }
 
 #[test]
 fn every_format_matches_the_oracle() {
-    let Some(emu) = Emulator::build("clean", &[]) else { return };
+    let Some(emu) = Emulator::build("clean", &[]) else {
+        return;
+    };
     let seed = run_seed();
     println!("seed {seed} (replay with TESSERA_SEED={seed})");
     let mut failures = Vec::new();
     let mut runs = 0;
     for format in formats_under_test() {
         let mut rng = format_rng(seed, format);
-        let mut worst = 0f64;
+        let mut worst = [0f64; 2];
+        let mut mma_runs = 0;
         for (rows, cols) in shapes(format) {
             let t = tensor(format, rows, cols, &mut rng);
             for s in S_LIST {
                 let x = inputs(s, cols, &mut rng);
-                let y = emu.gemv(&t, &x, s);
-                runs += 1;
-                match check(&t, &x, s, &y) {
-                    Ok(e) => worst = worst.max(e),
-                    Err(msg) => failures.push(msg),
+                for (k, (path, y)) in emu.all_paths(&t, &x, s).into_iter().enumerate() {
+                    runs += 1;
+                    mma_runs += k;
+                    match check(&t, &x, s, &y) {
+                        Ok(e) => worst[k] = worst[k].max(e),
+                        Err(msg) => failures.push(format!("{msg} ({path})")),
+                    }
                 }
             }
         }
-        println!("{format:<22} worst error {worst:.2e}");
+        println!(
+            "{format:<22} worst error {:.2e} (cuda cores), {:.2e} (tensor cores, {mma_runs} runs)",
+            worst[0], worst[1]
+        );
     }
-    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn fp8_nan_poisons_exactly_its_row() {
-    let Some(emu) = Emulator::build("clean", &[]) else { return };
+    let Some(emu) = Emulator::build("clean", &[]) else {
+        return;
+    };
     let seed = run_seed();
     println!("seed {seed}");
     for format in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
         let mut rng = format_rng(seed, format);
-        let (rows, cols) = (131, 300);
-        let mut t = tensor(format, rows, cols, &mut rng);
-        t.weights[5 * cols + 17] = 0x7F;
-        t.weights[130 * cols + 299] = 0xFF;
-        for s in [1, 3, 16] {
-            let x = inputs(s, cols, &mut rng);
-            let y = emu.gemv(&t, &x, s);
-            check(&t, &x, s, &y).unwrap();
-            for k in 0..s {
-                for o in 0..rows {
-                    assert_eq!(y[k * rows + o].is_nan(), o == 5 || o == 130, "{format} s={k} o={o}");
+        // I = 300: CUDA cores only; I = 1024: both kernels.
+        for (rows, cols) in [(131, 300), (131, 1024)] {
+            let mut t = tensor(format, rows, cols, &mut rng);
+            t.weights[5 * cols + 17] = 0x7F;
+            t.weights[130 * cols + cols - 1] = 0xFF;
+            for s in [1, 3, 16] {
+                let x = inputs(s, cols, &mut rng);
+                for (path, y) in emu.all_paths(&t, &x, s) {
+                    check(&t, &x, s, &y).unwrap();
+                    for k in 0..s {
+                        for o in 0..rows {
+                            assert_eq!(
+                                y[k * rows + o].is_nan(),
+                                o == 5 || o == 130,
+                                "{format} {path} [{rows}, {cols}] s={k} o={o}"
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -172,7 +288,13 @@ fn mutation_applies(define: &str, format: Format) -> bool {
     let kernel = caps::lookup(Op::Gemv, format, 1).unwrap().kernel.fmt;
     let nibbles = matches!(
         kernel,
-        fmt_id::INT4_ROW | fmt_id::INT4_G | fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C | fmt_id::MQ4K | fmt_id::MXFP4
+        fmt_id::INT4_ROW
+            | fmt_id::INT4_G
+            | fmt_id::HFQ4
+            | fmt_id::MQ4_V2
+            | fmt_id::MQ4C
+            | fmt_id::MQ4K
+            | fmt_id::MXFP4
     );
     match define {
         "TS_MUTATE_SWAP_NIBBLES" => nibbles,
@@ -189,17 +311,31 @@ fn mutation_applies(define: &str, format: Format) -> bool {
 fn each_mutation_breaks_every_format_it_touches() {
     let seed = run_seed();
     println!("seed {seed}");
-    for define in ["TS_MUTATE_SWAP_NIBBLES", "TS_MUTATE_GROUP_OFF_BY_ONE", "TS_MUTATE_SCALE_1PCT"] {
-        let Some(emu) = Emulator::build(&define.to_lowercase(), &[define]) else { return };
-        for format in formats_under_test().into_iter().filter(|&f| mutation_applies(define, f)) {
+    for define in [
+        "TS_MUTATE_SWAP_NIBBLES",
+        "TS_MUTATE_GROUP_OFF_BY_ONE",
+        "TS_MUTATE_SCALE_1PCT",
+    ] {
+        let Some(emu) = Emulator::build(&define.to_lowercase(), &[define]) else {
+            return;
+        };
+        for format in formats_under_test()
+            .into_iter()
+            .filter(|&f| mutation_applies(define, f))
+        {
             let mut rng = format_rng(seed, format);
             let (rows, cols) = (130, 1024);
             let t = tensor(format, rows, cols, &mut rng);
             let x = inputs(2, cols, &mut rng);
-            let y = emu.gemv(&t, &x, 2);
-            let w = worst_error(&y, &reference_gemm(&t.view(), &x, 2));
-            println!("{define} {format:<22} error {:.2e}", w.error);
-            assert!(w.error > TOLERANCE, "{define} went unnoticed on {format} (error {:.2e})", w.error);
+            for (path, y) in emu.all_paths(&t, &x, 2) {
+                let w = worst_error(&y, &reference_gemm(&t.view(), &x, 2));
+                println!("{define} {format:<22} {path:<12} error {:.2e}", w.error);
+                assert!(
+                    w.error > TOLERANCE,
+                    "{define} went unnoticed on {format} ({path}, error {:.2e})",
+                    w.error
+                );
+            }
         }
     }
 }

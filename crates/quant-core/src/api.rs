@@ -12,16 +12,36 @@ use crate::rotation;
 use crate::tensor::{EncodedTensor, QTensor};
 use rayon::prelude::*;
 
+/// Which encoder fits a format's scales. Either way the bytes mean the same thing to the one
+/// decoder; only the choice of scale, zero and codes differs.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EncoderEffort {
+    /// Each group's scale and zero from its min and max (seed 001 § 3): both extremes are
+    /// representable. Fast; the reference encoder.
+    #[default]
+    MinMax,
+    /// A search over clipping and zero per group, keeping the lowest squared error as the
+    /// decoder reconstructs it (docs/QUALITY.md). Implemented by mq4-g256-v2, mq4-k and the
+    /// other 136-byte affine formats; every other format encodes as `MinMax`. Never worse
+    /// than `MinMax` on any block: its candidate is always among those tried.
+    ErrorAware,
+}
+
 /// Options of an encode.
 #[derive(Copy, Clone, Debug)]
 pub struct EncodeOptions {
     /// Seed of the FWHT signs for rotated formats; ignored by the others.
     pub rotation_seed: u64,
+    /// Which encoder fits the scales (the bytes' meaning is the same either way).
+    pub effort: EncoderEffort,
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { rotation_seed: crate::registry::DEFAULT_ROTATION_SEED }
+        EncodeOptions {
+            rotation_seed: crate::registry::DEFAULT_ROTATION_SEED,
+            effort: EncoderEffort::MinMax,
+        }
     }
 }
 
@@ -84,11 +104,11 @@ pub fn encode_rows(
     }
     let codec = codec_for(format);
     match spec.rotation {
-        Rotation::None => codec.encode_rows(format, cols, src, weights, scales),
+        Rotation::None => codec.encode_rows_effort(format, cols, src, weights, scales, opts.effort),
         Rotation::Fwht256 => {
             let mut rotated = src.to_vec();
             rotation::forward_rows(&mut rotated, cols, opts.rotation_seed);
-            codec.encode_rows(format, cols, &rotated, weights, scales)
+            codec.encode_rows_effort(format, cols, &rotated, weights, scales, opts.effort)
         }
     }
 }

@@ -83,6 +83,12 @@ pub trait Backend {
     fn probe(&self) -> Result<(), BackendError>;
     /// The backend's capability table.
     fn capabilities(&self) -> &'static [Capability];
+    /// The worst per-output error (`oracle::worst_error`) the conformance suite accepts:
+    /// 1e-4 of the summed term magnitudes, the bound for GPU kernels; tighter where a
+    /// backend can promise more (the CPU says 1e-5).
+    fn tolerance(&self) -> f64 {
+        1e-4
+    }
     /// y[S, O] = x[S, I] · Wᵀ, x in the logical domain (the backend rotates it for rotated
     /// formats). Returns `NotImplemented` for combinations outside its table.
     fn gemv(&self, t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), BackendError>;

@@ -5,6 +5,7 @@
 //! once per format, generic over [`Real`](crate::real::Real); `decode_rows_f32` is the fast
 //! path and `decode_rows_f64` the test oracle, both instantiations of that one function.
 
+use crate::api::EncoderEffort;
 use crate::codecs;
 use crate::error::QuantError;
 use crate::registry::Format;
@@ -22,6 +23,21 @@ pub trait FormatCodec: Send + Sync {
         weights: &mut [u8],
         scales: &mut [u8],
     ) -> Result<(), QuantError>;
+
+    /// [`Self::encode_rows`] with the encoder `effort` selects. Formats without an
+    /// error-aware encoder have one encoder for every effort.
+    fn encode_rows_effort(
+        &self,
+        format: Format,
+        cols: usize,
+        src: &[f32],
+        weights: &mut [u8],
+        scales: &mut [u8],
+        effort: EncoderEffort,
+    ) -> Result<(), QuantError> {
+        let _ = effort;
+        self.encode_rows(format, cols, src, weights, scales)
+    }
 
     /// Decodes rows `[row0, row0 + n)` of `t` into `out` ([n, cols], stored domain).
     fn decode_rows_f32(&self, t: &QTensor<'_>, row0: usize, out: &mut [f32]);
@@ -55,5 +71,18 @@ pub fn codec_for(format: Format) -> &'static dyn FormatCodec {
         Format::Mq4cG256 => &codecs::affine256::Mq4cCodec,
         Format::Mq4K => &codecs::kquant::Mq4KCodec,
         Format::Mxfp4 => &codecs::mxfp4::Mxfp4Codec,
+        Format::Q8_0 => &codecs::ggml_legacy::Q8_0_CODEC,
+        Format::Q4_0 => &codecs::ggml_legacy::Q4_0_CODEC,
+        Format::Q4_1 => &codecs::ggml_legacy::Q4_1_CODEC,
+        Format::Q5_0 => &codecs::ggml_legacy::Q5_0_CODEC,
+        Format::Q5_1 => &codecs::ggml_legacy::Q5_1_CODEC,
+        Format::Q2K => &codecs::ggml_kquants::Q2_K_CODEC,
+        Format::Q3K => &codecs::ggml_kquants::Q3_K_CODEC,
+        Format::Q4K => &codecs::ggml_kquants::Q4_K_CODEC,
+        Format::Q5K => &codecs::ggml_kquants::Q5_K_CODEC,
+        Format::Q6K => &codecs::ggml_kquants::Q6_K_CODEC,
+        Format::Iq4Nl => &codecs::ggml_iq4::IQ4_NL_CODEC,
+        Format::Iq4Xs => &codecs::ggml_iq4::IQ4_XS_CODEC,
+        Format::GgufMxfp4 => &codecs::ggml_mxfp4::GGUF_MXFP4_CODEC,
     }
 }

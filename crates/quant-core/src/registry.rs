@@ -41,6 +41,20 @@ pub enum Format {
     Mq4cG256,
     Mq4K,
     Mxfp4,
+    // GGML's block types (GGUF tensor types), byte-identical to llama.cpp's blocks.
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    Iq4Nl,
+    Iq4Xs,
+    GgufMxfp4,
 }
 
 /// How a per-scale value is stored.
@@ -113,11 +127,14 @@ impl Rotation {
 }
 
 /// Ids under which older files and engines knew a format (seeds 000-004): the C engine's
-/// `fmt=` ordinal and the Rust engine's `qt=` ordinal. Aliases only; names are the identity.
+/// `fmt=` ordinal and the Rust engine's `qt=` ordinal, and the `ggml_type` id a GGUF file
+/// gives the format's blocks. Aliases only; names are the identity.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LegacyIds {
     pub fmt: Option<u8>,
     pub qt: Option<u8>,
+    /// llama.cpp's `ggml_type` (GGUF tensor type id) with exactly these block bytes.
+    pub ggml: Option<u8>,
 }
 
 /// One row of the registry.
@@ -157,7 +174,7 @@ const fn row(
     FormatSpec {
         format,
         name,
-        legacy: LegacyIds { fmt, qt },
+        legacy: LegacyIds { fmt, qt, ggml: None },
         block_weights,
         block_bytes,
         whole_blocks_only,
@@ -165,6 +182,28 @@ const fn row(
         rotation,
         summary,
     }
+}
+
+impl FormatSpec {
+    /// The same row, known to GGUF files as `ggml_type` `id`.
+    const fn with_ggml(mut self, id: u8) -> FormatSpec {
+        self.legacy.ggml = Some(id);
+        self
+    }
+}
+
+/// A GGML block type: inline headers, whole blocks only (GGML requires
+/// `ne[0] % block == 0`), no rotation, known to GGUF as `ggml_type` `id`.
+const fn ggml_row(
+    format: Format,
+    name: &'static str,
+    id: u8,
+    block_weights: u32,
+    block_bytes: u32,
+    summary: &'static str,
+) -> FormatSpec {
+    row(format, name, None, None, block_weights, block_bytes, true, ScaleLayout::Inline, NoRot, summary)
+        .with_ggml(id)
 }
 
 const fn per_group(group: u32) -> ScaleLayout {
@@ -176,9 +215,10 @@ use Rotation::{Fwht256, None as NoRot};
 
 /// The registry. Order is the order of `Format`; `spec()` relies on it and a test checks it.
 pub static FORMATS: &[FormatSpec] = &[
-    row(F::F32, "f32", None, None, 1, 4, false, ScaleLayout::None, NoRot, "IEEE binary32 weights"),
-    row(F::F16, "f16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "IEEE binary16 weights"),
-    row(F::Bf16, "bf16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "bfloat16 weights"),
+    // GGUF's F32 / F16 / BF16 tensors are these bytes: one row each, not a GGUF twin.
+    row(F::F32, "f32", None, None, 1, 4, false, ScaleLayout::None, NoRot, "IEEE binary32 weights").with_ggml(0),
+    row(F::F16, "f16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "IEEE binary16 weights").with_ggml(1),
+    row(F::Bf16, "bf16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "bfloat16 weights").with_ggml(30),
     row(
         F::Int8Row,
         "int8-row",
@@ -343,6 +383,20 @@ pub static FORMATS: &[FormatSpec] = &[
         NoRot,
         "OCP MXFP4: E2M1 nibbles (low nibble first), one UE8M0 scale per 32 in the sidecar",
     ),
+    // GGML block types, byte-identical to llama.cpp's `block_*` structs (codecs/ggml_*.rs).
+    ggml_row(F::Q8_0, "q8_0", 8, 32, 34, "GGML Q8_0: fp16 d + 32 int8, w = q*d"),
+    ggml_row(F::Q4_0, "q4_0", 2, 32, 18, "GGML Q4_0: fp16 d + 16 B nibbles (j, j+16), w = (q-8)*d"),
+    ggml_row(F::Q4_1, "q4_1", 3, 32, 20, "GGML Q4_1: fp16 d, fp16 m + 16 B nibbles, w = q*d + m"),
+    ggml_row(F::Q5_0, "q5_0", 6, 32, 22, "GGML Q5_0: fp16 d, 32 high bits, 16 B nibbles, w = (q-16)*d"),
+    ggml_row(F::Q5_1, "q5_1", 7, 32, 24, "GGML Q5_1: fp16 d, fp16 m, 32 high bits, 16 B nibbles, w = q*d + m"),
+    ggml_row(F::Q2K, "q2_k", 10, 256, 84, "GGML Q2_K: 16 x 16 with 4-bit scale/min under fp16 d/dmin, 2-bit codes"),
+    ggml_row(F::Q3K, "q3_k", 11, 256, 110, "GGML Q3_K: 16 x 16 with 6-bit scales under fp16 d, 3-bit codes (hmask + 2 bits)"),
+    ggml_row(F::Q4K, "q4_k", 12, 256, 144, "GGML Q4_K: 8 x 32 with 6-bit scale/min under fp16 d/dmin, 4-bit codes (mq4-k's block, unrotated)"),
+    ggml_row(F::Q5K, "q5_k", 13, 256, 176, "GGML Q5_K: Q4_K's header, 4-bit codes + a fifth bit plane"),
+    ggml_row(F::Q6K, "q6_k", 14, 256, 210, "GGML Q6_K: 16 x 16 with int8 scales under fp16 d, 6-bit codes"),
+    ggml_row(F::Iq4Nl, "iq4_nl", 20, 32, 18, "GGML IQ4_NL: fp16 d + 16 B nibbles indexing a 16-value non-linear table"),
+    ggml_row(F::Iq4Xs, "iq4_xs", 23, 256, 136, "GGML IQ4_XS: IQ4_NL's table, 6-bit scales per 32 under fp16 d"),
+    ggml_row(F::GgufMxfp4, "gguf-mxfp4", 39, 32, 17, "GGML MXFP4 (twin of mxfp4): E8M0 byte + 16 B E2M1 nibbles (j, j+16) inline"),
 ];
 
 /// The rotation seed written when the caller gives none (seed 001's engine used 42).
@@ -368,6 +422,12 @@ impl Format {
     /// fmt=7 both scale encodings; the byte counts disambiguate).
     pub fn from_legacy_fmt(fmt: u8) -> Vec<Format> {
         FORMATS.iter().filter(|s| s.legacy.fmt == Some(fmt)).map(|s| s.format).collect()
+    }
+
+    /// The format whose blocks are GGUF `ggml_type` `id` (F32, F16, BF16 and the GGML
+    /// block types); `None` for types the registry does not hold.
+    pub fn from_ggml(id: u32) -> Option<Format> {
+        FORMATS.iter().find(|s| s.legacy.ggml.map(u32::from) == Some(id)).map(|s| s.format)
     }
 
     /// The format a legacy `qt=` ordinal denotes.
@@ -675,5 +735,37 @@ mod tests {
         assert_eq!(Format::from_legacy_fmt(4).len(), 8);
         assert_eq!(Format::from_legacy_fmt(7).len(), 2);
         assert_eq!(Format::from_legacy_fmt(1), vec![Format::Int8Row]);
+        assert_eq!(Format::from_ggml(12), Some(Format::Q4K));
+        assert_eq!(Format::from_ggml(30), Some(Format::Bf16));
+        assert_eq!(Format::from_ggml(39), Some(Format::GgufMxfp4));
+        assert_eq!(Format::from_ggml(16), None);
+    }
+
+    #[test]
+    fn ggml_block_sizes() {
+        // gguf-py's GGML_QUANT_SIZES: (block weights, type size).
+        let want: [(Format, u32, u32); 16] = [
+            (Format::F32, 1, 4),
+            (Format::F16, 1, 2),
+            (Format::Bf16, 1, 2),
+            (Format::Q4_0, 32, 2 + 16),
+            (Format::Q4_1, 32, 2 + 2 + 16),
+            (Format::Q5_0, 32, 2 + 4 + 16),
+            (Format::Q5_1, 32, 2 + 2 + 4 + 16),
+            (Format::Q8_0, 32, 2 + 32),
+            (Format::Q2K, 256, 2 + 2 + 256 / 16 + 256 / 4),
+            (Format::Q3K, 256, 2 + 256 / 4 + 256 / 8 + 12),
+            (Format::Q4K, 256, 2 + 2 + 256 / 2 + 12),
+            (Format::Q5K, 256, 2 + 2 + 256 / 2 + 256 / 8 + 12),
+            (Format::Q6K, 256, 2 + 256 / 2 + 256 / 4 + 256 / 16),
+            (Format::Iq4Nl, 32, 2 + 16),
+            (Format::Iq4Xs, 256, 2 + 2 + 256 / 2 + 256 / 64),
+            (Format::GgufMxfp4, 32, 1 + 16),
+        ];
+        for (f, bw, bb) in want {
+            let s = f.spec();
+            assert_eq!((s.block_weights, s.block_bytes), (bw, bb), "{f}");
+            assert!(s.legacy.ggml.is_some(), "{f}");
+        }
     }
 }

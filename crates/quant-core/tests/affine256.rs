@@ -77,7 +77,7 @@ fn pack_payload(q: &[u8]) -> Vec<u8> {
 /// The code of weight i in a 136-byte block.
 fn code_136(block: &[u8], i: usize) -> u8 {
     let b = block[8 + i / 2];
-    if i % 2 == 0 { b & 0xF } else { b >> 4 }
+    if i.is_multiple_of(2) { b & 0xF } else { b >> 4 }
 }
 
 /// The code of weight i in a 144-byte mq4-k block.
@@ -584,6 +584,7 @@ fn rotated_formats_error_is_the_same_in_both_domains() {
     let rot_seed = rng.next_u64();
     let opts = EncodeOptions {
         rotation_seed: rot_seed,
+        ..Default::default()
     };
     for f in [
         Format::Mq4G256,
@@ -652,7 +653,10 @@ fn every_byte_is_written_deterministically() {
     for f in ALL {
         let spec = f.spec();
         let n = spec.weight_bytes(rows, cols).unwrap() as usize;
-        let opts = EncodeOptions { rotation_seed: 7 };
+        let opts = EncodeOptions {
+            rotation_seed: 7,
+            ..Default::default()
+        };
         let mut a = vec![0x00u8; n];
         let mut b = vec![0xFFu8; n];
         encode_rows(f, rows, cols, 0, &w, &mut a, &mut [], &opts).unwrap();
@@ -801,6 +805,7 @@ fn quality_ordering_matches_seed_001() {
     let w = weights(&mut rng, rows, cols);
     let opts = EncodeOptions {
         rotation_seed: rng.next_u64(),
+        ..Default::default()
     };
     let mse = |f: Format, normal_only: bool| {
         let t = encode(f, rows, cols, &w, &opts).unwrap();

@@ -52,7 +52,10 @@ fn every_format_matches_the_oracle() {
     for f in selected() {
         for (rows, cols) in edge_shapes(f) {
             let w = weights(&mut rng, rows, cols);
-            let t = encode(f, rows, cols, &w, &EncodeOptions { rotation_seed: rng.next_u64() })
+            let t = encode(f, rows, cols, &w, &EncodeOptions {
+                    rotation_seed: rng.next_u64(),
+                    ..Default::default()
+                })
                 .unwrap_or_else(|e| panic!("{f} [{rows}, {cols}] encode: {e}"));
             for s in BATCHES {
                 let x = activations(&mut rng, s, cols);

@@ -8,34 +8,55 @@ use proptest::prelude::*;
 use quant_core::testdata::{Rng, weights};
 use quant_core::{EncodeOptions, Format, QTensor, QuantError, decode, encode, encode_rows};
 
-/// Declared worst relative RMS error (‖ŵ - w‖ / ‖w‖ over a row) of each format on
-/// Gaussian rows with outliers. Exhaustive on purpose: a new format must declare its bound.
+/// Declared worst relative RMS error (‖ŵ - w‖ / ‖w‖ over a row of at least 8 weights) of
+/// each format on Gaussian rows. Calibrated from the worst row of 300 cases of this strategy
+/// (about 6,000 rows a format) plus about 25% margin; outlier rows are covered by each
+/// codec's own per-weight bounds. Exhaustive on purpose: a new format must declare its bound.
 fn rms_bound(f: Format) -> f64 {
     match f {
         Format::F32 => 0.0,
-        Format::F16 | Format::Bf16 => 4e-3,
-        Format::Int8Row | Format::Fp8E4m3B128 | Format::Fp8E4m3B128Ue8m0 => 0.08,
-        Format::Int4Row
-        | Format::Int4G16
+        Format::F16 => 5e-4,
+        Format::Bf16 => 4e-3,
+        Format::Int8Row => 0.015,
+        Format::Fp8E4m3B128 | Format::Fp8E4m3B128Ue8m0 => 0.06,
+        Format::Mq4K => 0.12,
+        Format::Mq4G256V2 => 0.18,
+        Format::Hfq4G256 | Format::Mq4G256 | Format::Mq4cG256 => 0.2,
+        Format::Int4G16
         | Format::Int4G32
         | Format::Int4G48
         | Format::Int4G64
         | Format::Int4G96
-        | Format::Hfq4G256
-        | Format::Mq4G256
-        | Format::Mq4G256V2
-        | Format::Mq4cG256
-        | Format::Mq4K
-        | Format::Mxfp4 => 0.35,
-        // Signed-max groups of 128+ and the 256-weight E8 block follow a 20x spike of an
-        // outlier row and flush the rest of the group towards zero. Worst rows measured over
-        // 10,000 cases of this file's strategy (198,652 rows): int4-g128 0.369, int4-g192
-        // 0.409, int4-g256 0.449, int3-g64 0.490, e8-lattice 0.619.
-        Format::Int4G128 | Format::Int4G192 | Format::Int4G256 => 0.5,
-        Format::Int3G64 => 0.6,
-        Format::E8Lattice => 0.75,
-        Format::Int2Row => 1.0,
+        | Format::Int4G128
+        | Format::Int4G192
+        | Format::Int4G256 => 0.21,
+        Format::Int4Row => 0.22,
+        Format::Mxfp4 => 0.24,
+        Format::E8Lattice => 0.3,
+        Format::Int3G64 => 0.36,
+        Format::Int2Row => 0.9,
+        // GGML's reference encoders (worst rows measured on 300 cases: q8_0 0.0093,
+        // q4_0 0.145, q4_1 0.118, q5_0 0.072, q5_1 0.058, q2_k 0.351, q3_k 0.181, q4_k 0.083,
+        // q5_k 0.043, q6_k 0.021, iq4_nl 0.110, iq4_xs 0.090, gguf-mxfp4 0.187).
+        Format::Q8_0 => 0.012,
+        Format::Q6K => 0.027,
+        Format::Q5K => 0.055,
+        Format::Q5_1 => 0.075,
+        Format::Q5_0 => 0.09,
+        Format::Q4K => 0.11,
+        Format::Iq4Xs => 0.12,
+        Format::Iq4Nl => 0.14,
+        Format::Q4_1 => 0.15,
+        Format::Q4_0 => 0.19,
+        Format::Q3K => 0.23,
+        Format::GgufMxfp4 => 0.24,
+        Format::Q2K => 0.44,
     }
+}
+
+fn gaussian(seed: u64, rows: usize, cols: usize) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..rows * cols).map(|_| rng.normal() * 0.02).collect()
 }
 
 fn cols_for(f: Format, want: usize) -> usize {
@@ -96,11 +117,14 @@ proptest! {
     }
 
     #[test]
-    fn round_trip_error_is_within_the_declared_bound(rows in 1usize..40, want in 1usize..600, seed: u64) {
+    fn round_trip_error_is_within_the_declared_bound(rows in 1usize..40, want in 8usize..600, seed: u64) {
         for f in Format::all() {
             let cols = cols_for(f, want);
-            let w = weights(&mut Rng::new(seed), rows, cols);
-            let t = encode(f, rows, cols, &w, &EncodeOptions { rotation_seed: seed }).unwrap();
+            let w = gaussian(seed, rows, cols);
+            let t = encode(f, rows, cols, &w, &EncodeOptions {
+                    rotation_seed: seed,
+                    ..Default::default()
+                }).unwrap();
             let d = decode(&t.view()).unwrap();
             for (o, (wr, dr)) in w.chunks(cols).zip(d.chunks(cols)).enumerate() {
                 let num: f64 = wr.iter().zip(dr).map(|(a, b)| ((a - b) as f64).powi(2)).sum();

@@ -94,6 +94,37 @@ enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Codec quality on real weights: bits/weight, MSE, tail-1% MSE, max rel error per
+    /// format, with deltas against a baseline (definitions: docs/QUALITY.md).
+    Quality {
+        file: PathBuf,
+        /// Comma-separated formats; NAME+ea selects the error-aware encoder.
+        #[arg(long, default_value = quality::DEFAULT_FORMATS)]
+        formats: String,
+        /// The format the deltas are against (default: the first of --formats).
+        #[arg(long)]
+        baseline: Option<String>,
+        /// Measure in the FWHT-256 domain: un-rotated formats encode rotated weights too.
+        #[arg(long)]
+        rotate: bool,
+        /// View each tensor of numel % 256 == 0 as [numel/256, 256] (codec statistics only).
+        #[arg(long)]
+        flatten: bool,
+        /// Write the error histogram of every format as an SVG chart.
+        #[arg(long, value_name = "OUT.svg")]
+        svg: Option<PathBuf>,
+        /// FWHT seed of rotated formats and of --rotate.
+        #[arg(long, default_value_t = DEFAULT_ROTATION_SEED)]
+        seed: u64,
+    },
+    /// Import a llama.cpp GGUF file into a stamped container folder, blocks copied byte for
+    /// byte, Hugging Face names, config.json from the metadata.
+    ImportGguf {
+        input: PathBuf,
+        /// Output folder (model.safetensors, config.json, gguf_metadata.json).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Run quant_core::gemm against the f64 oracle on a random activation, per tensor.
     Verify {
         file: PathBuf,
@@ -139,6 +170,9 @@ fn emit(line: std::fmt::Arguments<'_>) -> R {
 macro_rules! out {
     ($($t:tt)*) => { emit(format_args!($($t)*))? };
 }
+
+mod gguf_cmd;
+mod quality;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -194,6 +228,24 @@ fn main() -> ExitCode {
             shapes.as_deref(),
             config.as_deref(),
         ),
+        Cmd::Quality {
+            file,
+            formats,
+            baseline,
+            rotate,
+            flatten,
+            svg,
+            seed,
+        } => quality::run(quality::Args {
+            file,
+            formats: Some(formats),
+            baseline,
+            rotate,
+            flatten,
+            svg,
+            seed,
+        }),
+        Cmd::ImportGguf { input, output } => gguf_cmd::import(&input, &output),
         Cmd::Verify {
             file,
             s,
@@ -223,10 +275,11 @@ fn main() -> ExitCode {
 
 fn formats() -> R {
     out!(
-        "{:<20} {:>6} {:>4} {:>8} {:>6} {:<8} {:<8}  summary",
+        "{:<20} {:>6} {:>4} {:>5} {:>8} {:>6} {:<8} {:<8}  summary",
         "name",
         "fmt=",
         "qt=",
+        "ggml",
         "bits/w",
         "block",
         "scales",
@@ -242,10 +295,11 @@ fn formats() -> R {
             },
         };
         out!(
-            "{:<20} {:>6} {:>4} {:>8.4} {:>6} {:<8} {:<8}  {}",
+            "{:<20} {:>6} {:>4} {:>5} {:>8.4} {:>6} {:<8} {:<8}  {}",
             s.name,
             id(s.legacy.fmt),
             id(s.legacy.qt),
+            id(s.legacy.ggml),
             s.bits_per_weight(),
             format!("{}/{}", s.block_weights, s.block_bytes),
             scales,
@@ -290,6 +344,9 @@ fn load_hints(path: Option<&Path>) -> R<ShapeHints> {
 }
 
 fn inspect(file: &Path, json: bool, shapes: Option<&Path>, config: Option<&Path>) -> R {
+    if container_io::gguf::is_gguf(file) {
+        return gguf_cmd::inspect(file, json);
+    }
     let c = Container::open(file)?;
     let hints = hints_for(&c, shapes, config)?;
     let mut rows = Vec::new();
@@ -545,6 +602,9 @@ fn dequantize(
             )));
         }
     };
+    if container_io::gguf::is_gguf(input) {
+        return gguf_cmd::dequantize(input, output, f);
+    }
     let c = Container::open(input)?;
     let hints = hints_for(&c, shapes, config)?;
     let planned = pipeline::plan_dequantize(&c, &output.display().to_string(), &hints, f)?;

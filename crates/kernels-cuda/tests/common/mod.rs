@@ -20,7 +20,11 @@ pub fn formats_under_test() -> Vec<Format> {
         Ok(list) if !list.trim().is_empty() => {
             let wanted: Vec<Format> = list
                 .split(',')
-                .map(|n| n.trim().parse::<Format>().unwrap_or_else(|e| panic!("TESSERA_FORMATS: {e}")))
+                .map(|n| {
+                    n.trim()
+                        .parse::<Format>()
+                        .unwrap_or_else(|e| panic!("TESSERA_FORMATS: {e}"))
+                })
                 .collect();
             all.into_iter().filter(|f| wanted.contains(f)).collect()
         }
@@ -43,15 +47,31 @@ pub fn shapes(format: Format) -> Vec<(usize, usize)> {
     if spec.whole_blocks_only {
         vec![(1, 256), (3, 512), (130, 768), (5, 2048), (33, 1280)]
     } else {
-        vec![(1, 1), (1, 7), (2, 33), (5, 100), (7, 257), (130, 300), (9, 999), (64, 1024), (3, 4096)]
+        vec![
+            (1, 1),
+            (1, 7),
+            (2, 33),
+            (5, 100),
+            (7, 257),
+            (130, 300),
+            (9, 999),
+            (64, 1024),
+            (3, 4096),
+            // Several 16-row tiles and a partial one, on the tensor cores where they exist.
+            (45, 2048),
+        ]
     }
 }
 
 /// A fresh random tensor (outlier rows included) of `format`.
 pub fn tensor(format: Format, rows: usize, cols: usize, rng: &mut Rng) -> EncodedTensor {
     let w = weights(rng, rows, cols);
-    let opts = EncodeOptions { rotation_seed: rng.next_u64() };
-    encode(format, rows, cols, &w, &opts).unwrap_or_else(|e| panic!("encode {format} [{rows}, {cols}]: {e}"))
+    let opts = EncodeOptions {
+        rotation_seed: rng.next_u64(),
+        ..Default::default()
+    };
+    encode(format, rows, cols, &w, &opts)
+        .unwrap_or_else(|e| panic!("encode {format} [{rows}, {cols}]: {e}"))
 }
 
 pub fn inputs(s: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {

@@ -100,3 +100,70 @@ extern "C" int ts_emu_gemv(int fmt, int gs, int S, const u8* w, i64 wlen, const 
     std::free((void*)a.x);
     return rc;
 }
+
+// ---- the tensor-core kernel: each block's warps in turn, each warp's 32 lanes at once ----
+
+template <int FMT, int GS, int CBT, int S>
+static void run_mma(const MArgs& a, float* y) {
+    enum { NT = MmaShape<S>::NT };
+    for (int r0 = 0; r0 < a.O; r0 += 16) {
+        float tot[32][NT][4] = {};
+        for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
+            float acc[32][NT][4];
+            mma_warp<FMT, GS, S, CBT, 32>(a, r0, warp, TS_MMA_WARPS, 0, acc);
+            for (int lane = 0; lane < 32; ++lane)
+                for (int nt = 0; nt < NT; ++nt)
+                    for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
+        }
+        for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S>(a, r0, lane, tot[lane], y);
+    }
+}
+
+template <int FMT, int GS, int CBT>
+static int run_mma_s(int S, const MArgs& a, float* y) {
+    switch (S) {
+        case 1: run_mma<FMT, GS, CBT, 1>(a, y); return 0;
+        case 2: run_mma<FMT, GS, CBT, 2>(a, y); return 0;
+        case 3: run_mma<FMT, GS, CBT, 3>(a, y); return 0;
+        case 4: run_mma<FMT, GS, CBT, 4>(a, y); return 0;
+        case 8: run_mma<FMT, GS, CBT, 8>(a, y); return 0;
+        case 16: run_mma<FMT, GS, CBT, 16>(a, y); return 0;
+        default: return -2;
+    }
+}
+
+// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 64] segment sums (layout.rs).
+// Returns 0, -1 for a (format, group, chunk) with no tensor-core build, -2 for an S not built.
+extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64 wlen, const u8* sc, i64 sclen,
+                               const unsigned short* xh, i64 xhlen, const float* xa, i64 xalen, float* y, i64 rb,
+                               int O, int xs, int sc_row) {
+    MArgs a;
+    a.w = (const u8*)aligned_copy(w, wlen);
+    a.sc = (const u8*)aligned_copy(sc, sclen);
+    a.xh = (const u8*)aligned_copy(xh, xhlen * 2);
+    a.xa = (const float*)aligned_copy(xa, xalen * 4);
+    a.rb = rb;
+    a.O = O;
+    a.xs = xs;
+    a.sc_row = sc_row;
+    int rc = -1;
+#define TS_EMU_MMA(F_, G_, C_) \
+    if (fmt == F_ && gs == G_ && cbt == C_) rc = run_mma_s<F_, G_, C_>(S, a, y);
+    TS_EMU_MMA(TS_FMT_INT4_ROW, 0, 16)
+    TS_EMU_MMA(TS_FMT_INT4_G, 32, 4)
+    TS_EMU_MMA(TS_FMT_INT4_G, 64, 8)
+    TS_EMU_MMA(TS_FMT_INT4_G, 128, 16)
+    TS_EMU_MMA(TS_FMT_INT4_G, 256, 16)
+    TS_EMU_MMA(TS_FMT_INT8_ROW, 0, 16)
+    TS_EMU_MMA(TS_FMT_FP8_F32, 0, 16)
+    TS_EMU_MMA(TS_FMT_FP8_UE8M0, 0, 16)
+    TS_EMU_MMA(TS_FMT_HFQ4, 0, 8)
+    TS_EMU_MMA(TS_FMT_MQ4_V2, 0, 8)
+    TS_EMU_MMA(TS_FMT_MQ4C, 0, 8)
+#undef TS_EMU_MMA
+    std::free((void*)a.w);
+    std::free((void*)a.sc);
+    std::free((void*)a.xh);
+    std::free((void*)a.xa);
+    return rc;
+}

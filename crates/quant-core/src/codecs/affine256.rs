@@ -25,8 +25,17 @@
 //! group (hi == lo) stores scale 0, zero = lo (rounded to the header precision) and q = 0; so
 //! does a group whose scale rounds to zero. A group whose scale or zero overflows its header
 //! encoding is refused with [`QuantError::ScaleOutOfRange`] rather than stored as infinity.
+//!
+//! Error-aware encoder ([`EncoderEffort::ErrorAware`], issue 9): the same bytes and the same
+//! decoder; only the choice of each group's (scale, zero) differs. [`search_affine`] searches
+//! scales between `range / 15` and `range / 16` and zeros that keep both extremes within half
+//! a step, scoring every candidate as stored (fp16-round-tripped for v2 / mq4c) with nearest
+//! codes, by a squared error that weighs large weights more ([`TAIL_WEIGHT`]); a group keeps
+//! the min/max pair unless a candidate beats it on plain squared error too. docs/QUALITY.md
+//! has the measured effect on MiniLM.
 
 use super::util::{read_f16, read_f32, write_f16, write_f32};
+use crate::api::EncoderEffort;
 use crate::codec::FormatCodec;
 use crate::error::QuantError;
 use crate::real::Real;
@@ -52,6 +61,8 @@ trait Layout {
     fn write_header(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)>;
     /// Reads a block's header.
     fn read_header(block: &[u8]) -> Header;
+    /// [`Self::write_header`] with the error-aware search of [`search_affine`] per group.
+    fn write_header_error_aware(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)>;
 }
 
 /// hfq4-g256 / mq4-g256: f32 scale, f32 zero for the whole block.
@@ -140,6 +151,199 @@ fn f16_pair(lo: f32, hi: f32) -> Option<(f16, f16)> {
     (s.is_finite() && z.is_finite()).then_some((s, z))
 }
 
+/// `rint(clamp(v, 0, 15))` as a float: the value of [`code4`]'s code, computed without
+/// leaving the float registers so that the search loops vectorize.
+#[inline(always)]
+pub(crate) fn code4f(v: f32) -> f32 {
+    (v.clamp(0.0, 15.0) + 8_388_608.0) - 8_388_608.0
+}
+
+/// Squared error of `w` quantized to nearest codes against `w = q * scale + zero` exactly as
+/// [`quantize_affine`] codes it (division) and the decoder reconstructs it (f32 product and
+/// sum), summed in f64.
+pub(crate) fn sse_affine_f64(w: &[f32], scale: f32, zero: f32) -> f64 {
+    w.iter()
+        .map(|&x| {
+            let r = if scale == 0.0 {
+                zero
+            } else {
+                code4f((x - zero) / scale) * scale + zero
+            };
+            (r as f64 - x as f64).powi(2)
+        })
+        .sum()
+}
+
+/// Weight of the search's objective on the tail: weight `x` counts `1 + TAIL_WEIGHT (x/a)²`
+/// times in the squared error, `a` the group's largest |x|. Zero would weigh every value
+/// alike (plain MSE), which on MiniLM buys more MSE at twice the tail-1% MSE;
+/// docs/QUALITY.md has the measured trade-off.
+pub(crate) const TAIL_WEIGHT: f32 = 16.0;
+/// Trial scales of the search: `range / (15 + k / (SCALES - 1))`, k = 0..SCALES.
+const SCALES: usize = 6;
+/// Trial zeros at the min/max scale; fewer at smaller scales, where the region narrows.
+const ZEROS: usize = 4;
+/// Weighted least-squares re-fits of the winner to its own codes.
+const REFITS: usize = 3;
+
+/// Per-weight objective weights of a group, `1 + TAIL_WEIGHT (x/a)²`, into `out[..w.len()]`.
+#[inline]
+pub(crate) fn tail_weights(w: &[f32], amax: f32, out: &mut [f32]) {
+    let k = if amax > 0.0 {
+        TAIL_WEIGHT / (amax * amax)
+    } else {
+        0.0
+    };
+    for (o, &x) in out.iter_mut().zip(w) {
+        *o = 1.0 + k * x * x;
+    }
+}
+
+const LANES: usize = 8;
+
+/// Squared error of nearest codes at (scale, zero), `scale > 0`: (plain, weighted by `wt`).
+/// Codes are computed with a multiplication by `1/scale`: a ranking only, as
+/// [`sse_affine_f64`] decides with the stored division codes.
+#[inline]
+pub(crate) fn pass(w: &[f32], wt: &[f32], scale: f32, zero: f32) -> (f32, f32) {
+    let inv = 1.0 / scale;
+    let (mut se, mut wse) = ([0f32; LANES], [0f32; LANES]);
+    for (c, cw) in w.chunks_exact(LANES).zip(wt.chunks_exact(LANES)) {
+        for k in 0..LANES {
+            let e = code4f((c[k] - zero) * inv) * scale + zero - c[k];
+            se[k] += e * e;
+            wse[k] += cw[k] * (e * e);
+        }
+    }
+    (se.iter().sum(), wse.iter().sum())
+}
+
+/// The weighted least-squares (scale, zero) of the nearest codes at (scale, zero): the line
+/// through the (code, weight) pairs with the least weighted squared residual. `None` when
+/// every weight has the same code.
+#[inline]
+pub(crate) fn refit(w: &[f32], wt: &[f32], scale: f32, zero: f32) -> Option<(f32, f32)> {
+    let inv = 1.0 / scale;
+    let mut acc = [[0f32; LANES]; 5];
+    for (c, cw) in w.chunks_exact(LANES).zip(wt.chunks_exact(LANES)) {
+        for k in 0..LANES {
+            let l = code4f((c[k] - zero) * inv);
+            let (x, q) = (c[k], cw[k]);
+            acc[0][k] += q;
+            acc[1][k] += q * l;
+            acc[2][k] += q * l * l;
+            acc[3][k] += q * x;
+            acc[4][k] += q * l * x;
+        }
+    }
+    let [sw, sl, sl2, sx, slx] = acc.map(|a| a.iter().map(|&v| v as f64).sum::<f64>());
+    let det = sw * sl2 - sl * sl;
+    if det <= 0.0 {
+        return None;
+    }
+    Some((
+        ((sw * slx - sl * sx) / det) as f32,
+        ((sl2 * sx - sl * slx) / det) as f32,
+    ))
+}
+
+/// The error-aware (scale, zero) of one affine group `w` (a multiple of 8 weights, at most
+/// 256) with extremes `lo < hi`; `base` is the min/max pair as the header stores it.
+///
+/// Candidates live in the *bounded* region: scale between the min/max step `range / 15` and
+/// `range / 16`, zero such that both extremes stay within half a step of the grid (so every
+/// weight reconstructs within half a step, never more than the min/max encoder's bound).
+/// The search tries a lattice of that region — [`SCALES`] scales, up to [`ZEROS`] evenly
+/// spaced zeros each — then [`REFITS`] weighted least-squares re-fits of the winner to its own
+/// codes (projected back into the region). Every candidate is first rounded by `round` to
+/// what the header stores (`None`: unstorable, skipped) and scored with that stored pair, as
+/// the decoder reconstructs. The objective is the squared error weighted by
+/// [`tail_weights`], among candidates whose plain squared error is not above `base`'s; the
+/// winner must also beat `base` in f64 with the exact division codes, so no group ever ends
+/// worse than the min/max encoder.
+pub(crate) fn search_affine(
+    w: &[f32],
+    lo: f32,
+    hi: f32,
+    base: (f32, f32),
+    round: impl Fn(f32, f32) -> Option<(f32, f32)>,
+) -> (f32, f32) {
+    let range = hi - lo;
+    if hi <= lo
+        || base.0 <= 0.0
+        || !range.is_finite()
+        || w.len() > 256
+        || !w.len().is_multiple_of(LANES)
+    {
+        return base;
+    }
+    let mut wt_buf = [0f32; 256];
+    let wt = &mut wt_buf[..w.len()];
+    tail_weights(w, lo.abs().max(hi.abs()), wt);
+    let (base_se, base_wse) = pass(w, wt, base.0, base.1);
+    let (mut best, mut best_wse) = (base, base_wse);
+    // Rounds (s, z) to the header and keeps it when it wins; the clamp keeps the pair in the
+    // bounded region (up to the header's rounding, which the f64 check below absorbs).
+    let mut try_pair = |s: f32, z: f32, best: &mut (f32, f32)| {
+        let Some((s, _)) = round(s, lo) else { return };
+        if s <= 0.0 {
+            return;
+        }
+        let Some((_, z)) = round(s, z.max(hi - 15.5 * s).min(lo + 0.5 * s)) else {
+            return;
+        };
+        let (se, wse) = pass(w, wt, s, z);
+        if se <= base_se && wse < best_wse {
+            *best = (s, z);
+            best_wse = wse;
+        }
+    };
+    for k in 0..SCALES {
+        let t = k as f32 / (SCALES - 1) as f32;
+        let s = range / (15.0 + t);
+        // The region's zeros form an interval (1 - t) s wide.
+        let (zmin, zmax) = (hi - 15.5 * s, lo + 0.5 * s);
+        let nz = ((ZEROS as f32 * (1.0 - t)).round() as usize).max(1);
+        for j in 0..nz {
+            try_pair(
+                s,
+                zmin + (zmax - zmin) * (j as f32 + 0.5) / nz as f32,
+                &mut best,
+            );
+        }
+    }
+    for _ in 0..REFITS {
+        if best == base {
+            break;
+        }
+        let Some((s, z)) = refit(w, wt, best.0, best.1) else {
+            break;
+        };
+        let before = best;
+        try_pair(s.max(range / 16.0), z, &mut best);
+        if best == before {
+            break;
+        }
+    }
+    if best != base && sse_affine_f64(w, best.0, best.1) >= sse_affine_f64(w, base.0, base.1) {
+        return base;
+    }
+    best
+}
+
+/// Round-trips a (scale, zero) pair through fp16; `None` if either overflows.
+#[inline]
+fn round_f16(s: f32, z: f32) -> Option<(f32, f32)> {
+    let (s, z) = (f16::from_f32(s), f16::from_f32(z));
+    (s.is_finite() && z.is_finite()).then(|| (s.to_f32(), z.to_f32()))
+}
+
+/// An f32 (scale, zero) pair as the f32 header stores it; `None` if not finite.
+#[inline]
+fn round_f32(s: f32, z: f32) -> Option<(f32, f32)> {
+    (s.is_finite() && z.is_finite()).then_some((s, z))
+}
+
 impl Layout for Hfq4Codec {
     const HEADER: &'static str = "f32";
     fn write_header(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)> {
@@ -156,6 +360,17 @@ impl Layout for Hfq4Codec {
     fn read_header(block: &[u8]) -> Header {
         let p = (read_f32(block, 0), read_f32(block, 4));
         [p, p]
+    }
+    fn write_header_error_aware(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)> {
+        let (lo, hi) = min_max(w);
+        let scale = step(lo, hi);
+        if !scale.is_finite() {
+            return Err((lo, hi));
+        }
+        let (scale, zero) = search_affine(w, lo, hi, (scale, lo), round_f32);
+        write_f32(block, 0, scale);
+        write_f32(block, 4, zero);
+        Ok([(scale, zero); 2])
     }
 }
 
@@ -179,6 +394,19 @@ impl Layout for Mq4V2Codec {
             (read_f16(block, 4), read_f16(block, 6)),
         ]
     }
+    fn write_header_error_aware(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)> {
+        let mut hdr = [(0.0, 0.0); 2];
+        for (h, half) in w.chunks_exact(HALF).enumerate() {
+            let (lo, hi) = min_max(half);
+            let (s, z) = f16_pair(lo, hi).ok_or((lo, hi))?;
+            let (s, z) = search_affine(half, lo, hi, (s.to_f32(), z.to_f32()), round_f16);
+            // Exact: the search only returns pairs that round_f16 produced.
+            write_f16(block, 4 * h, f16::from_f32(s));
+            write_f16(block, 4 * h + 2, f16::from_f32(z));
+            hdr[h] = (s, z);
+        }
+        Ok(hdr)
+    }
 }
 
 impl Layout for Mq4cCodec {
@@ -196,6 +424,15 @@ impl Layout for Mq4cCodec {
     fn read_header(block: &[u8]) -> Header {
         let p = (read_f16(block, 0), read_f16(block, 2));
         [p, p]
+    }
+    fn write_header_error_aware(w: &[f32], block: &mut [u8]) -> Result<Header, (f32, f32)> {
+        let (lo, hi) = min_max(w);
+        let (s, z) = f16_pair(lo, hi).ok_or((lo, hi))?;
+        let (s, z) = search_affine(w, lo, hi, (s.to_f32(), z.to_f32()), round_f16);
+        write_f16(block, 0, f16::from_f32(s));
+        write_f16(block, 2, f16::from_f32(z));
+        block[4..PAYLOAD_OFFSET].fill(0);
+        Ok([(s, z); 2])
     }
 }
 
@@ -251,7 +488,12 @@ fn encode_rows_with<L: Layout>(
     src: &[f32],
     weights: &mut [u8],
     scales: &mut [u8],
+    effort: EncoderEffort,
 ) -> Result<(), QuantError> {
+    let fit = match effort {
+        EncoderEffort::MinMax => L::write_header,
+        EncoderEffort::ErrorAware => L::write_header_error_aware,
+    };
     let (rows, bw, bb) = check_inline_buffers(format, cols, src, weights, scales)?;
     if rows == 0 {
         return Ok(());
@@ -262,14 +504,13 @@ fn encode_rows_with<L: Layout>(
         .zip(weights.chunks_exact_mut(row_bytes))
     {
         for (k, (wb, block)) in w.chunks_exact(bw).zip(row.chunks_exact_mut(bb)).enumerate() {
-            let hdr =
-                L::write_header(wb, block).map_err(|(lo, hi)| QuantError::ScaleOutOfRange {
-                    format,
-                    col: k * bw,
-                    lo,
-                    hi,
-                    header: L::HEADER,
-                })?;
+            let hdr = fit(wb, block).map_err(|(lo, hi)| QuantError::ScaleOutOfRange {
+                format,
+                col: k * bw,
+                lo,
+                hi,
+                header: L::HEADER,
+            })?;
             let payload = &mut block[PAYLOAD_OFFSET..];
             for (h, &(scale, zero)) in hdr.iter().enumerate() {
                 quantize_affine(
@@ -306,7 +547,25 @@ macro_rules! affine_codec {
                 weights: &mut [u8],
                 scales: &mut [u8],
             ) -> Result<(), QuantError> {
-                encode_rows_with::<$codec>(format, cols, src, weights, scales)
+                encode_rows_with::<$codec>(
+                    format,
+                    cols,
+                    src,
+                    weights,
+                    scales,
+                    EncoderEffort::MinMax,
+                )
+            }
+            fn encode_rows_effort(
+                &self,
+                format: Format,
+                cols: usize,
+                src: &[f32],
+                weights: &mut [u8],
+                scales: &mut [u8],
+                effort: EncoderEffort,
+            ) -> Result<(), QuantError> {
+                encode_rows_with::<$codec>(format, cols, src, weights, scales, effort)
             }
             fn decode_rows_f32(&self, t: &QTensor<'_>, row0: usize, out: &mut [f32]) {
                 decode_rows_with::<$codec, f32>(t, row0, out)
@@ -342,6 +601,27 @@ mod tests {
             assert_eq!(code4(v) as f32, v.clamp(0.0, 15.0).round_ties_even(), "{v}");
         }
         assert_eq!(code4(f32::NAN), 0);
+    }
+
+    #[test]
+    fn float_codes_are_the_codes() {
+        for k in -40..=700 {
+            let v = k as f32 * 0.025 - 0.3;
+            assert_eq!(code4f(v), code4(v) as f32, "{v}");
+        }
+        assert_eq!(code4f(7.5), 8.0);
+        assert_eq!(code4f(8.5), 8.0);
+    }
+
+    #[test]
+    fn search_keeps_the_base_when_nothing_is_better() {
+        // Four levels exactly on the min/max grid: zero error, nothing can beat it.
+        let w: Vec<f32> = (0..16).map(|k| (k % 16) as f32 * 0.5 - 1.0).collect();
+        let base = (0.5, -1.0);
+        assert_eq!(search_affine(&w, -1.0, 6.5, base, round_f16), base);
+        // Degenerate inputs return the base untouched.
+        assert_eq!(search_affine(&w, 1.0, 1.0, base, round_f16), base);
+        assert_eq!(search_affine(&w[..12], -1.0, 6.5, base, round_f16), base);
     }
 
     #[test]

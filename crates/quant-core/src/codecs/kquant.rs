@@ -38,9 +38,17 @@
 //! make the bound S_j / 2, but measured on rotated Gaussian rows it costs 4% MSE and 70% on
 //! the tail-1% MSE, so the nearest rule (GGML's) is kept. A super-scale beyond fp16 is
 //! refused with [`QuantError::ScaleOutOfRange`].
+//!
+//! Error-aware encoder ([`EncoderEffort::ErrorAware`], issue 9), in the spirit of GGML's
+//! make_qkx2_quants: same bytes, same decoder. It keeps the min/max super-scales and searches
+//! each sub-block's 6-bit scale and min codes around the min/max ones, scoring each candidate
+//! with nearest codes against the stored `d * sc`, `dmin * m` by a squared error weighted
+//! toward large weights (as the affine family's search); a block keeps the min/max encoding
+//! unless the search beats it on plain squared error as decoded. See docs/QUALITY.md.
 
-use super::affine256::{check_inline_buffers, code4, min_max};
+use super::affine256::{check_inline_buffers, code4, min_max, pass, tail_weights};
 use super::util::{read_f16, write_f16};
+use crate::api::EncoderEffort;
 use crate::codec::FormatCodec;
 use crate::error::QuantError;
 use crate::real::Real;
@@ -108,8 +116,28 @@ fn code6(x: f32, unit: f32) -> u8 {
     ((c + 8_388_608.0).to_bits() & 0x3F) as u8
 }
 
-/// Encodes one 256-weight block into its 144 bytes. `Err` carries the block's (lo, hi).
-fn encode_block(w: &[f32], block: &mut [u8]) -> Result<(), (f32, f32)> {
+/// The fitted header of one block: fp16 super-scales and the 6-bit sub-block codes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Fit {
+    d: f16,
+    dmin: f16,
+    ls: [u8; NSUB],
+    lm: [u8; NSUB],
+}
+
+impl Fit {
+    /// Sub-block j's (scale, min) as the decoder computes them: `d * sc`, `dmin * m` in f32.
+    #[inline]
+    fn sub(&self, j: usize) -> (f32, f32) {
+        (
+            self.d.to_f32() * self.ls[j] as f32,
+            self.dmin.to_f32() * self.lm[j] as f32,
+        )
+    }
+}
+
+/// The min/max encoder's header (module docs). `Err` carries the block's (lo, hi).
+fn fit_minmax(w: &[f32]) -> Result<Fit, (f32, f32)> {
     let mut neg_lo = [0f32; NSUB];
     let mut hi = [0f32; NSUB];
     for (j, sub) in w.chunks_exact(SUB).enumerate() {
@@ -122,47 +150,140 @@ fn encode_block(w: &[f32], block: &mut [u8]) -> Result<(), (f32, f32)> {
     let dmin16 = f16_finite(max_m / 63.0).ok_or_else(out_of_range)?;
     let dmin = dmin16.to_f32();
     let mut lm = [0u8; NSUB];
-    let mut mins = [0f32; NSUB];
     let mut need = [0f32; NSUB];
     for j in 0..NSUB {
         lm[j] = code6(neg_lo[j], dmin);
-        mins[j] = dmin * lm[j] as f32;
-        need[j] = (hi[j] + mins[j]) / 15.0;
+        need[j] = (hi[j] + dmin * lm[j] as f32) / 15.0;
     }
     let max_s = need.iter().fold(0f32, |a, &b| a.max(b));
     let d16 = f16_finite(max_s / 63.0).ok_or_else(out_of_range)?;
     let d = d16.to_f32();
     let mut ls = [0u8; NSUB];
-    let mut scales = [0f32; NSUB];
     for j in 0..NSUB {
         ls[j] = code6(need[j], d);
-        scales[j] = d * ls[j] as f32;
     }
-    write_f16(block, 0, d16);
-    write_f16(block, 2, dmin16);
-    block[SCALES_OFFSET..QS_OFFSET].copy_from_slice(&pack_scale_min(&ls, &lm));
+    Ok(Fit {
+        d: d16,
+        dmin: dmin16,
+        ls,
+        lm,
+    })
+}
+
+/// The nearest 4-bit code of `x` in a sub-block of (scale, min): the stored rule.
+#[inline(always)]
+fn code(x: f32, scale: f32, min: f32) -> u8 {
+    if scale == 0.0 {
+        0
+    } else {
+        code4((x + min) / scale)
+    }
+}
+
+/// Writes a fitted block: header, packed 6-bit codes and nearest nibbles.
+fn write_block(w: &[f32], fit: &Fit, block: &mut [u8]) {
+    write_f16(block, 0, fit.d);
+    write_f16(block, 2, fit.dmin);
+    block[SCALES_OFFSET..QS_OFFSET].copy_from_slice(&pack_scale_min(&fit.ls, &fit.lm));
+    let sub: [(f32, f32); NSUB] = std::array::from_fn(|j| fit.sub(j));
     let qs = &mut block[QS_OFFSET..];
     for c in 0..NSUB / 2 {
         let (j0, j1) = (2 * c, 2 * c + 1);
         let lo_half = &w[j0 * SUB..j1 * SUB];
         let hi_half = &w[j1 * SUB..(j1 + 1) * SUB];
-        let code = |x: f32, j: usize| {
-            if scales[j] == 0.0 {
-                0
-            } else {
-                code4((x + mins[j]) / scales[j])
-            }
-        };
         for (l, o) in qs[SUB * c..SUB * (c + 1)].iter_mut().enumerate() {
-            *o = code(lo_half[l], j0) | (code(hi_half[l], j1) << 4);
+            *o = code(lo_half[l], sub[j0].0, sub[j0].1)
+                | (code(hi_half[l], sub[j1].0, sub[j1].1) << 4);
         }
     }
+}
+
+/// Squared error of a fitted block as the decoder reconstructs it (`S q - M` in f32 from
+/// the stored codes), summed in f64.
+fn block_sse_f64(w: &[f32], fit: &Fit) -> f64 {
+    let mut acc = 0f64;
+    for (j, sub) in w.chunks_exact(SUB).enumerate() {
+        let (s, m) = fit.sub(j);
+        for &x in sub {
+            let r = s * code(x, s, m) as f32 - m;
+            acc += (r as f64 - x as f64).powi(2);
+        }
+    }
+    acc
+}
+
+/// (plain, tail-weighted) squared error of a sub-block under (scale, min), codes by a
+/// multiplication with `1/scale` (a ranking; [`block_sse_f64`] decides).
+#[inline]
+fn sub_pass(w: &[f32], wt: &[f32], scale: f32, min: f32) -> (f32, f32) {
+    if scale == 0.0 {
+        let (mut se, mut wse) = (0f32, 0f32);
+        for (&x, &q) in w.iter().zip(wt) {
+            let e = -min - x;
+            se += e * e;
+            wse += q * (e * e);
+        }
+        return (se, wse);
+    }
+    // w = s q - m is the affine grid of zero -m.
+    pass(w, wt, scale, -min)
+}
+
+/// 6-bit scale codes the error-aware search tries below and above the min/max one: a smaller
+/// scale clips the sub-block's extremes a little for a finer grid (seed 001's clipping
+/// trade), a larger one absorbs the 6-bit rounding.
+const LS_DOWN: i32 = 4;
+const LS_UP: i32 = 1;
+/// 6-bit min codes tried either side of the min/max one.
+const LM_SPAN: i32 = 2;
+
+/// The error-aware encoder's header. It keeps the min/max encoder's fp16 super-scales `d`
+/// and `dmin`, and for each sub-block searches the 6-bit (scale, min) codes around the
+/// min/max ones ([`LS_DOWN`], [`LS_UP`], [`LM_SPAN`]) for the lowest squared error weighted
+/// by [`tail_weights`], every candidate scored with nearest codes against the stored
+/// `d * sc` and `dmin * m`, as the decoder reconstructs. The result is kept only when its
+/// squared error as decoded (f64) beats `base`, the min/max encoder's header.
+fn fit_error_aware(w: &[f32], base: &Fit) -> Fit {
+    let (d, dmin) = (base.d.to_f32(), base.dmin.to_f32());
+    let mut fit = *base;
+    let mut wt = [0f32; SUB];
+    for (j, sub) in w.chunks_exact(SUB).enumerate() {
+        let (l, h) = min_max(sub);
+        tail_weights(sub, l.abs().max(h.abs()), &mut wt);
+        let (ls0, lm0) = (base.ls[j] as i32, base.lm[j] as i32);
+        let (_, mut best_wse) = sub_pass(sub, &wt, d * ls0 as f32, dmin * lm0 as f32);
+        for ls in (ls0 - LS_DOWN).max(0)..=(ls0 + LS_UP).min(63) {
+            for lm in (lm0 - LM_SPAN).max(0)..=(lm0 + LM_SPAN).min(63) {
+                let (_, wse) = sub_pass(sub, &wt, d * ls as f32, dmin * lm as f32);
+                if wse < best_wse {
+                    best_wse = wse;
+                    fit.ls[j] = ls as u8;
+                    fit.lm[j] = lm as u8;
+                }
+            }
+        }
+    }
+    if fit != *base && block_sse_f64(w, &fit) < block_sse_f64(w, base) {
+        fit
+    } else {
+        *base
+    }
+}
+
+/// Encodes one 256-weight block into its 144 bytes. `Err` carries the block's (lo, hi).
+fn encode_block(w: &[f32], block: &mut [u8], effort: EncoderEffort) -> Result<(), (f32, f32)> {
+    let base = fit_minmax(w)?;
+    let fit = match effort {
+        EncoderEffort::MinMax => base,
+        EncoderEffort::ErrorAware => fit_error_aware(w, &base),
+    };
+    write_block(w, &fit, block);
     Ok(())
 }
 
 /// Decodes one 144-byte block into 256 weights.
 #[inline]
-fn decode_block<T: Real>(block: &[u8], out: &mut [T]) {
+pub(crate) fn decode_block<T: Real>(block: &[u8], out: &mut [T]) {
     let d = T::from_f32(read_f16(block, 0));
     let dmin = T::from_f32(read_f16(block, 2));
     let q = &block[SCALES_OFFSET..QS_OFFSET];
@@ -200,6 +321,17 @@ impl FormatCodec for Mq4KCodec {
         weights: &mut [u8],
         scales: &mut [u8],
     ) -> Result<(), QuantError> {
+        self.encode_rows_effort(format, cols, src, weights, scales, EncoderEffort::MinMax)
+    }
+    fn encode_rows_effort(
+        &self,
+        format: Format,
+        cols: usize,
+        src: &[f32],
+        weights: &mut [u8],
+        scales: &mut [u8],
+        effort: EncoderEffort,
+    ) -> Result<(), QuantError> {
         let (rows, bw, bb) = check_inline_buffers(format, cols, src, weights, scales)?;
         if rows == 0 {
             return Ok(());
@@ -210,12 +342,14 @@ impl FormatCodec for Mq4KCodec {
             .zip(weights.chunks_exact_mut(row_bytes))
         {
             for (k, (wb, block)) in w.chunks_exact(bw).zip(row.chunks_exact_mut(bb)).enumerate() {
-                encode_block(wb, block).map_err(|(lo, hi)| QuantError::ScaleOutOfRange {
-                    format,
-                    col: k * bw,
-                    lo,
-                    hi,
-                    header: "fp16",
+                encode_block(wb, block, effort).map_err(|(lo, hi)| {
+                    QuantError::ScaleOutOfRange {
+                        format,
+                        col: k * bw,
+                        lo,
+                        hi,
+                        header: "fp16",
+                    }
                 })?;
             }
         }

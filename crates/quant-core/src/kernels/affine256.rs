@@ -8,23 +8,29 @@
 //! - hfq4-g256 / mq4-g256: f32 scale, f32 zero for all 256;
 //! - mq4c-g256: fp16 scale, fp16 zero, 4 pad bytes.
 //!
-//! Per span sharing one (scale, zero), centred on the code midpoint:
-//! `Σ (q·s + z)·x = s·Σ (q-8)·x + (z + 8s)·Σ x`. Σ (q-8)·x is exactly int4's nibble sum
-//! (the same chunk code and table, see [`super::int4`]) in the vector accumulators; Σ x of every
-//! 128-span is computed once per call ([`Layout::NibbleWithSums`]), so the zero costs one
-//! scalar multiply-add per span and row. Centring matters: an uncentred `s·Σ q·x + z·Σ x`
-//! cancels two terms of size |z|·Σ|x| for a block of small weights in a wide range (an
-//! outlier row), which measured 1.2e-5 of Σ|w·x| against the 1e-5 bound; centred, both
-//! terms are the size of the result, and the zero term is summed in f64.
+//! Per span sharing one (scale, zero), the 16 decoded weights `q·s + z` (q = 0..15) are
+//! computed once into a register table (one FMA, so each is the exactly rounded f32 of the
+//! weight, as a decode to f32 would give), and the nibbles index it with the int4 chunk code
+//! (see [`super::int4`]): no scale is applied after the fact. A span is one 128-weight
+//! chunk for mq4-g256-v2 and two for the 256-weight headers.
+//!
+//! Splitting the sum instead (`s·Σ q·x + z·Σ x`, the usual trick) cancels two large terms:
+//! uncentred it measured 1.2e-5 of Σ|w·x| on outlier rows, centred on q = 8 1.5e-5 on
+//! one-sided blocks, against the 1e-5 bound; the table costs less and cancels nothing.
 
-use super::int4::{CHUNK_BYTES, SIGNED_TABLE, nib_chunk_portable};
+// Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
+// activation indices; iterator chains would hide that shape.
+#![allow(clippy::needless_range_loop)]
+
+use super::NIBBLE_CHUNK;
+use super::int4::{CHUNK_BYTES, nib_chunk_portable};
 use super::{Activations, Layout, Micro, RowKernel, SimdLevel, drive};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 use half::f16;
 
 #[cfg(target_arch = "x86_64")]
-use super::int4::{nib_chunk_avx512, nib_half_avx2};
+use super::int4::{nib_chunk_avx2, nib_chunk_avx512};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -32,11 +38,13 @@ use std::arch::x86_64::*;
 const BLOCK_BYTES: usize = 136;
 /// Bytes before the nibbles.
 const HEADER_BYTES: usize = 8;
-/// Nibble chunks (32 weights) in a block.
-const BLOCK_CHUNKS: usize = 8;
+/// Nibble chunks in a block (a chunk is one v2 half).
+const BLOCK_CHUNKS: usize = 256 / NIBBLE_CHUNK;
 
-/// The code midpoint the sums are centred on.
-const MID: f64 = 8.0;
+/// Each nibble code's value.
+const CODES: [f32; 16] = [
+    0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.,
+];
 
 /// The kernel of one header kind; [`kernel_for`](super::kernel_for) picks the static.
 pub struct Affine256Kernel(Header);
@@ -79,15 +87,9 @@ impl Header {
     }
 }
 
-/// The zero point seen from the centred codes: `q·s + z = (q-8)·s + (z + 8s)`, in f64.
-#[inline]
-fn centred_zero(s: f32, z: f32) -> f64 {
-    z as f64 + MID * s as f64
-}
-
 impl RowKernel for Affine256Kernel {
     fn layout(&self) -> Layout {
-        Layout::NibbleWithSums
+        Layout::Nibble
     }
     fn dot_rows(
         &self,
@@ -98,7 +100,12 @@ impl RowKernel for Affine256Kernel {
         n: usize,
         out: &mut [f32],
     ) {
-        let m = AffineMicro { t, a, header: self.0, blocks: t.cols() / 256 };
+        let m = AffineMicro {
+            t,
+            a,
+            header: self.0,
+            blocks: t.cols() / 256,
+        };
         drive(level, &m, row0, n, a.s, out);
     }
 }
@@ -109,18 +116,6 @@ struct AffineMicro<'a, 'b> {
     header: Header,
     /// 256-weight blocks a row (I % 256 == 0 is checked by `QTensor::new`).
     blocks: usize,
-}
-
-impl AffineMicro<'_, '_> {
-    /// Σ x of activation row `k` over span `sp` of block `j`.
-    #[inline]
-    fn span_sum(&self, k: usize, j: usize, sp: usize) -> f32 {
-        let sums = &self.a.sums128[k * self.a.spans128..];
-        match self.header {
-            Header::F16Halves => sums[2 * j + sp],
-            Header::F32 | Header::F16 => sums[2 * j] + sums[2 * j + 1],
-        }
-    }
 }
 
 impl Micro for AffineMicro<'_, '_> {
@@ -139,38 +134,27 @@ impl Micro for AffineMicro<'_, '_> {
         let rows: [&[u8]; R] = std::array::from_fn(|r| self.t.row(o + r));
         let spans = self.header.spans();
         let cps = BLOCK_CHUNKS / spans;
-        let mut tot = [[[0f32; 16]; T]; R];
-        let mut zsum = [[0f64; T]; R];
+        let mut acc = [[[0f32; 16]; T]; R];
         for j in 0..self.blocks {
             for sp in 0..spans {
-                let mut acc = [[[0f32; 16]; T]; R];
+                let tables: [[f32; 16]; R] = std::array::from_fn(|r| {
+                    let (s, z) = self.header.read(&rows[r][j * BLOCK_BYTES..], sp);
+                    CODES.map(|q| q.mul_add(s, z))
+                });
                 for c in sp * cps..(sp + 1) * cps {
                     let bytes: [[u8; CHUNK_BYTES]; R] = std::array::from_fn(|r| {
                         let at = j * BLOCK_BYTES + HEADER_BYTES + c * CHUNK_BYTES;
-                        rows[r][at..at + CHUNK_BYTES].try_into().unwrap_or([0; CHUNK_BYTES])
+                        rows[r][at..at + CHUNK_BYTES]
+                            .try_into()
+                            .unwrap_or([0; CHUNK_BYTES])
                     });
-                    nib_chunk_portable(
-                        &mut acc,
-                        &bytes,
-                        &xs,
-                        j * BLOCK_CHUNKS + c,
-                        &SIGNED_TABLE,
-                    );
-                }
-                for r in 0..R {
-                    let (sc, z) = self.header.read(&rows[r][j * BLOCK_BYTES..], sp);
-                    for k in 0..T {
-                        for l in 0..16 {
-                            tot[r][k][l] += acc[r][k][l] * sc;
-                        }
-                        zsum[r][k] += centred_zero(sc, z) * self.span_sum(t0 + k, j, sp) as f64;
-                    }
+                    nib_chunk_portable(&mut acc, &bytes, &xs, j * BLOCK_CHUNKS + c, &tables);
                 }
             }
         }
         for r in 0..R {
             for k in 0..T {
-                out[r * self.a.s + t0 + k] = (tot[r][k].iter().sum::<f32>() as f64 + zsum[r][k]) as f32;
+                out[r * self.a.s + t0 + k] = acc[r][k].iter().sum();
             }
         }
     }
@@ -193,7 +177,10 @@ unsafe fn header_x86(header: Header, h: *const u8, sp: usize) -> (f32, f32) {
             let z = _mm_cvtss_f32(_mm_movehdup_ps(v));
             (s, z)
         }
-        Header::F32 => (f32::from_bits(word as u32), f32::from_bits((word >> 32) as u32)),
+        Header::F32 => (
+            f32::from_bits(word as u32),
+            f32::from_bits((word >> 32) as u32),
+        ),
     }
 }
 
@@ -207,39 +194,33 @@ unsafe fn affine_avx512<const R: usize, const T: usize>(
     t0: usize,
     out: &mut [f32],
 ) {
-    // SAFETY: SIGNED_TABLE is 16 f32.
-    let table = unsafe { _mm512_loadu_ps(SIGNED_TABLE.as_ptr()) };
+    // SAFETY: CODES is 16 f32.
+    let codes = unsafe { _mm512_loadu_ps(CODES.as_ptr()) };
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     let spans = m.header.spans();
     let cps = BLOCK_CHUNKS / spans;
-    let mut tot = [[_mm512_setzero_ps(); T]; R];
-    let mut zsum = [[0f64; T]; R];
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
     for j in 0..m.blocks {
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {
-            let mut acc = [[_mm512_setzero_ps(); T]; R];
-            for c in sp * cps..(sp + 1) * cps {
-                // SAFETY: header + 16(c + 1) <= 136 bytes of the block.
-                let ptrs = blk.map(|p| unsafe { p.add(HEADER_BYTES + c * CHUNK_BYTES) });
-                // SAFETY: 16 readable bytes at each pointer; activation rows hold I floats.
-                unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, j * BLOCK_CHUNKS + c, table) };
-            }
-            for r in 0..R {
+            let tables: [__m512; R] = std::array::from_fn(|r| {
                 // SAFETY: the block's 8 header bytes are readable.
                 let (s, z) = unsafe { header_x86(m.header, blk[r], sp) };
-                let sc = _mm512_set1_ps(s);
-                for k in 0..T {
-                    tot[r][k] = _mm512_fmadd_ps(acc[r][k], sc, tot[r][k]);
-                    zsum[r][k] += centred_zero(s, z) * m.span_sum(t0 + k, j, sp) as f64;
-                }
+                _mm512_fmadd_ps(codes, _mm512_set1_ps(s), _mm512_set1_ps(z))
+            });
+            for c in sp * cps..(sp + 1) * cps {
+                // SAFETY: header + 64(c + 1) <= 136 bytes of the block.
+                let ptrs = blk.map(|p| unsafe { p.add(HEADER_BYTES + c * CHUNK_BYTES) });
+                // SAFETY: 64 readable bytes at each pointer; activation rows hold I floats.
+                unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, j * BLOCK_CHUNKS + c, tables) };
             }
         }
     }
     for r in 0..R {
         for k in 0..T {
-            out[r * m.a.s + t0 + k] = (_mm512_reduce_add_ps(tot[r][k]) as f64 + zsum[r][k]) as f32;
+            out[r * m.a.s + t0 + k] = _mm512_reduce_add_ps(acc[r][k]);
         }
     }
 }
@@ -254,40 +235,33 @@ unsafe fn affine_avx2<const R: usize, const T: usize>(
     t0: usize,
     out: &mut [f32],
 ) {
-    let off = _mm256_set1_ps(-8.0);
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     let spans = m.header.spans();
     let cps = BLOCK_CHUNKS / spans;
-    let mut tot = [[_mm256_setzero_ps(); T]; R];
-    let mut zsum = [[0f64; T]; R];
+    let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
     for j in 0..m.blocks {
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {
-            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            // SAFETY: the block's 8 header bytes are readable.
+            let hdr: [(f32, f32); R] =
+                std::array::from_fn(|r| unsafe { header_x86(m.header, blk[r], sp) });
+            // AVX2 has no 16-entry register table: each code is decoded as q·s + z by an FMA.
+            let muls = hdr.map(|h| _mm256_set1_ps(h.0));
+            let adds = hdr.map(|h| _mm256_set1_ps(h.1));
             for c in sp * cps..(sp + 1) * cps {
-                // SAFETY: header + 16(c + 1) <= 136 bytes of the block.
+                // SAFETY: header + 64(c + 1) <= 136 bytes of the block.
                 let ptrs = blk.map(|p| unsafe { p.add(HEADER_BYTES + c * CHUNK_BYTES) });
-                for h in 0..2 {
-                    // SAFETY: 16 readable bytes at each pointer; activation rows hold I floats.
-                    unsafe { nib_half_avx2(&mut acc, ptrs, xs, j * BLOCK_CHUNKS + c, h, off) };
-                }
-            }
-            for r in 0..R {
-                // SAFETY: the block's 8 header bytes are readable.
-                let (s, z) = unsafe { header_x86(m.header, blk[r], sp) };
-                let sc = _mm256_set1_ps(s);
-                for k in 0..T {
-                    tot[r][k] = _mm256_fmadd_ps(acc[r][k], sc, tot[r][k]);
-                    zsum[r][k] += centred_zero(s, z) * m.span_sum(t0 + k, j, sp) as f64;
-                }
+                // SAFETY: 64 readable bytes at each pointer; activation rows hold I floats.
+                unsafe { nib_chunk_avx2(&mut tot, ptrs, xs, j * BLOCK_CHUNKS + c, muls, adds) };
             }
         }
     }
     for r in 0..R {
         for k in 0..T {
-            out[r * m.a.s + t0 + k] = (super::simd::hsum256(tot[r][k]) as f64 + zsum[r][k]) as f32;
+            let v = _mm256_add_ps(tot[r][k][0], tot[r][k][1]);
+            out[r * m.a.s + t0 + k] = super::simd::hsum256(v);
         }
     }
 }

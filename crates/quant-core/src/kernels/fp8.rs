@@ -16,6 +16,10 @@
 //!
 //! Tile scales are folded once per 128 weights of a row: `total += acc_tile * scale_tile`.
 
+// Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
+// activation indices; iterator chains would hide that shape.
+#![allow(clippy::needless_range_loop)]
+
 use super::{Activations, Layout, Micro, PLAIN_CHUNK, RowKernel, SimdLevel, drive, tail_chunk};
 use crate::codecs::util::read_f32;
 use crate::registry::ScaleEncoding;
@@ -103,7 +107,11 @@ impl Fp8Micro<'_, '_> {
     #[inline]
     fn scale(&self, o: usize, tile: usize) -> f32 {
         let idx = (o / TILE) * self.tiles + tile;
-        if self.ue8m0 { ue8m0_decode(self.t.scales()[idx]) } else { read_f32(self.t.scales(), 4 * idx) }
+        if self.ue8m0 {
+            ue8m0_decode(self.t.scales()[idx])
+        } else {
+            read_f32(self.t.scales(), 4 * idx)
+        }
     }
     fn chunk(&self, o: usize, c: usize) -> [u8; PLAIN_CHUNK] {
         let row = self.t.row(o);

@@ -4,24 +4,27 @@
 //! value = nibble - 8. int4-row has one f32 scale per row; int4-g{gs} one f32 scale per gs
 //! weights along I, `scale[o * ceil(I/gs) + i/gs]`, partial last group allowed.
 //!
-//! Each 16-byte load holds 32 weights. AVX-512 zero-extends it to 16 lanes and turns the
-//! nibbles into floats with one `vpermps` each against a 16-entry register table (the
-//! permute reads only the low 4 bits of each lane, so the low nibble needs no mask); the
-//! activations come de-interleaved ([`Layout::Nibble`]) so lanes line up. Every product
-//! (q-8)·x is formed exactly and only the f32 accumulation rounds. (Rewriting the sum over
-//! whole bytes B = lo + 16·hi against recombined activations saves a permute but cancels
-//! terms of size |x_odd|/16 against each other, which failed the 1e-5 bound on outlier
-//! activation channels; it is not used.)
+//! A row is walked in chunks of 64 bytes (128 weights), one plain 512-bit load each. Lane l
+//! of the load holds bytes 4l..4l+3, whose nibble j (bits 4j..4j+3) is weight 8l + j. Eight
+//! `vpermps` against a 16-entry register table (it reads only the low 4 bits of a lane, so no
+//! mask is needed) after shifts by 4j turn the chunk into eight vectors of 16 floats; the
+//! activations are laid out to match ([`Layout::Nibble`]: vector j of a chunk holds
+//! x[8l + j]). That costs one shuffle per 16 weights (plus seven cheap shifts per 128) —
+//! Zen 4's two shuffle pipes are this loop's bottleneck, and a zero-extending load per 16
+//! bytes would add half a shuffle more. Every product (q-8)·x is formed exactly; only the
+//! f32 accumulation rounds.
 //!
-//! Group scales are folded per group, never once at the end: a group's Σ q·x is kept in its
-//! own accumulator and added into the row total as `total += acc_group * scale_group`.
-//! Where gs is a multiple of 32 a group is whole chunks; gs = 16 and 48 put two groups in
-//! some chunks (each half-chunk of 16 weights lies in one group), so those chunks are folded
-//! with a per-lane scale vector (lanes 0-7 hold the chunk's first 16 weights).
+//! Group scales are folded per group, never once at the end: each lane holds 8 consecutive
+//! weights, which always lie in one group (every gs is a multiple of 8), so a chunk's partial
+//! sums are multiplied lane by lane by their groups' scales and added into the row total.
+//! int4-row multiplies its one scale at the end.
+
+// Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
+// activation indices; iterator chains would hide that shape.
+#![allow(clippy::needless_range_loop)]
 
 use super::{Activations, Layout, Micro, NIBBLE_CHUNK, RowKernel, SimdLevel, drive, tail_chunk};
 use crate::codecs::util::read_f32;
-use crate::registry::Format;
 use crate::tensor::QTensor;
 
 #[cfg(target_arch = "x86_64")]
@@ -29,11 +32,13 @@ use std::arch::x86_64::*;
 
 /// Bytes one nibble chunk occupies.
 pub(crate) const CHUNK_BYTES: usize = NIBBLE_CHUNK / 2;
+/// Weights one lane of a chunk holds.
+const LANE_WEIGHTS: usize = NIBBLE_CHUNK / 16;
 
-/// Decoded value of each nibble for int4 (offset binary, q - 8); the affine formats use it
-/// too, centred on the code midpoint.
-pub(crate) const SIGNED_TABLE: [f32; 16] =
-    [-8., -7., -6., -5., -4., -3., -2., -1., 0., 1., 2., 3., 4., 5., 6., 7.];
+/// Decoded value of each nibble for int4 (offset binary, q - 8).
+pub(crate) const SIGNED_TABLE: [f32; 16] = [
+    -8., -7., -6., -5., -4., -3., -2., -1., 0., 1., 2., 3., 4., 5., 6., 7.,
+];
 
 pub struct Int4Kernel;
 
@@ -51,56 +56,65 @@ impl RowKernel for Int4Kernel {
         out: &mut [f32],
     ) {
         let cols = t.cols();
-        let nch = cols.div_ceil(NIBBLE_CHUNK);
-        // int4-row is one group spanning the whole row.
-        let gs = group_size(t.format()).unwrap_or(nch * NIBBLE_CHUNK);
+        let gs = t.format().spec().group_size().map(|g| g as usize);
+        let g = gs.unwrap_or(0);
+        // Chunk c starts (128c mod gs) into its first group, which repeats with this period.
+        let period = if g == 0 { 1 } else { g / gcd(g, NIBBLE_CHUNK) };
+        let lane_groups = std::array::from_fn(|p| {
+            std::array::from_fn(|l| {
+                let first = (p * NIBBLE_CHUNK).checked_rem(g).unwrap_or(0);
+                (first + l * LANE_WEIGHTS).checked_div(g).unwrap_or(0) as u32
+            })
+        });
         let m = Int4Micro {
             t,
             a,
-            gs,
-            ng: cols.div_ceil(gs),
-            cpg: gs / NIBBLE_CHUNK,
-            split: gs % NIBBLE_CHUNK != 0,
-            nch,
+            gs: g,
+            ng: gs.map_or(1, |g| cols.div_ceil(g)),
+            nch: cols.div_ceil(NIBBLE_CHUNK),
             full: t.row_bytes() / CHUNK_BYTES,
+            period,
+            lane_groups,
         };
         drive(level, &m, row0, n, a.s, out);
     }
 }
 
-/// Group size of an int4 format (`None` for int4-row).
-fn group_size(f: Format) -> Option<usize> {
-    f.spec().group_size().map(|g| g as usize)
-}
-
 struct Int4Micro<'a, 'b> {
     t: &'a QTensor<'b>,
     a: &'a Activations<'a>,
-    /// Weights a scale covers (the padded row for int4-row).
+    /// Weights a group scale covers; 0 for int4-row (one scale a row).
     gs: usize,
     /// Scales a row.
     ng: usize,
-    /// Chunks a group (when `!split`).
-    cpg: usize,
-    /// gs is an odd multiple of 16: some chunks straddle two groups.
-    split: bool,
     /// Chunks a row, the partial one included.
     nch: usize,
-    /// Whole 16-byte chunks a row.
+    /// Whole 64-byte chunks a row.
     full: usize,
+    /// Chunks after which the lane-to-group pattern repeats (at most [`MAX_PERIOD`]).
+    period: usize,
+    /// For chunk phase p = c mod period: lane l's group, counted from the chunk's first.
+    lane_groups: [[u32; 16]; MAX_PERIOD],
+}
+
+/// The longest period of lane-to-group patterns over the group sizes (48, 96, 192 give 3).
+const MAX_PERIOD: usize = 3;
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 impl Int4Micro<'_, '_> {
     #[inline]
     fn scale(&self, o: usize, g: usize) -> f32 {
-        read_f32(self.t.scales(), 4 * (o * self.ng + g.min(self.ng - 1))) * 1.01
+        read_f32(self.t.scales(), 4 * (o * self.ng + g.min(self.ng - 1)))
     }
-    /// Group of weight `i` (clamped: weights past I meet zero activations anyway).
+    /// The scale of each lane of chunk `c` of row `o` (lane l: weights 128c + 8l ..+8).
     #[inline]
-    fn group_of(&self, i: usize) -> usize {
-        (i / self.gs).min(self.ng - 1)
+    fn lane_scales(&self, o: usize, c: usize) -> [f32; 16] {
+        std::array::from_fn(|l| self.scale(o, (c * NIBBLE_CHUNK + l * LANE_WEIGHTS) / self.gs))
     }
-    /// Chunk `c` of row `o` as 16 bytes, zero-padded past the row's end.
+    /// Chunk `c` of row `o` as 64 bytes, zero-padded past the row's end.
     fn chunk(&self, o: usize, c: usize) -> [u8; CHUNK_BYTES] {
         let row = self.t.row(o);
         tail_chunk(&row[c * CHUNK_BYTES..row.len().min((c + 1) * CHUNK_BYTES)])
@@ -121,52 +135,64 @@ impl Micro for Int4Micro<'_, '_> {
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
         let xs: [&[f32]; T] = std::array::from_fn(|k| self.a.row(t0 + k));
         let mut tot = [[[0f32; 16]; T]; R];
-        let mut c = 0;
-        while c < self.nch {
-            // A run of chunks that share one scale per lane: a whole group, or one chunk.
-            let run = if self.split { 1 } else { self.cpg.min(self.nch - c) };
+        for c in 0..self.nch {
+            let bytes: [[u8; CHUNK_BYTES]; R] = std::array::from_fn(|r| self.chunk(o + r, c));
             let mut acc = [[[0f32; 16]; T]; R];
-            for cc in c..c + run {
-                let bytes: [[u8; CHUNK_BYTES]; R] = std::array::from_fn(|r| self.chunk(o + r, cc));
-                nib_chunk_portable(&mut acc, &bytes, &xs, cc, &SIGNED_TABLE);
-            }
+            nib_chunk_portable(&mut acc, &bytes, &xs, c, &[SIGNED_TABLE; R]);
             for r in 0..R {
-                let lo = self.scale(o + r, self.group_of(c * NIBBLE_CHUNK));
-                let hi = self.scale(o + r, self.group_of(c * NIBBLE_CHUNK + 16));
+                let sc = if self.gs == 0 {
+                    [1.0; 16]
+                } else {
+                    self.lane_scales(o + r, c)
+                };
                 for k in 0..T {
                     for l in 0..16 {
-                        let sc = if self.split && l >= 8 { hi } else { lo };
-                        tot[r][k][l] += acc[r][k][l] * sc;
+                        tot[r][k][l] += acc[r][k][l] * sc[l];
                     }
                 }
             }
-            c += run;
         }
         for r in 0..R {
+            let d = if self.gs == 0 {
+                self.scale(o + r, 0)
+            } else {
+                1.0
+            };
             for k in 0..T {
-                out[r * self.a.s + t0 + k] = tot[r][k].iter().sum();
+                out[r * self.a.s + t0 + k] = tot[r][k].iter().sum::<f32>() * d;
             }
         }
     }
 }
 
-/// Σ over one chunk of `table[nibble] * x` into 16-lane accumulators, lane l holding weights
-/// 32c + 2l and 32c + 2l + 1 (the [`Layout::Nibble`] order).
+/// One nibble chunk (64 bytes = 128 weights) into 16-lane accumulators, lane l holding
+/// weights 128c + 8l ..+8: `acc[r][k][l] += Σ_j tables[r][nibble j of lane l] * x[j][l]`
+/// (the [`Layout::Nibble`] order).
 #[inline]
 pub(crate) fn nib_chunk_portable<const R: usize, const T: usize>(
     acc: &mut [[[f32; 16]; T]; R],
     bytes: &[[u8; CHUNK_BYTES]; R],
     xs: &[&[f32]; T],
     c: usize,
-    table: &[f32; 16],
+    tables: &[[f32; 16]; R],
 ) {
     for r in 0..R {
-        let lo: [f32; 16] = std::array::from_fn(|l| table[(bytes[r][l] & 15) as usize]);
-        let hi: [f32; 16] = std::array::from_fn(|l| table[(bytes[r][l] >> 4) as usize]);
-        for k in 0..T {
-            let x = &xs[k][c * NIBBLE_CHUNK..(c + 1) * NIBBLE_CHUNK];
-            for l in 0..16 {
-                acc[r][k][l] += lo[l] * x[l] + hi[l] * x[16 + l];
+        let lanes: [u32; 16] = std::array::from_fn(|l| {
+            u32::from_le_bytes([
+                bytes[r][4 * l],
+                bytes[r][4 * l + 1],
+                bytes[r][4 * l + 2],
+                bytes[r][4 * l + 3],
+            ])
+        });
+        for j in 0..LANE_WEIGHTS {
+            let q: [f32; 16] =
+                std::array::from_fn(|l| tables[r][((lanes[l] >> (4 * j)) & 15) as usize]);
+            for k in 0..T {
+                let x = &xs[k][c * NIBBLE_CHUNK + 16 * j..c * NIBBLE_CHUNK + 16 * (j + 1)];
+                for l in 0..16 {
+                    acc[r][k][l] += q[l] * x[l];
+                }
             }
         }
     }
@@ -187,36 +213,67 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     let mut tot = [[_mm512_setzero_ps(); T]; R];
-    let mut c = 0;
-    while c < m.nch {
-        let run = if m.split { 1 } else { m.cpg.min(m.nch - c) };
-        let mut acc = [[_mm512_setzero_ps(); T]; R];
-        for cc in c..(c + run).min(m.full) {
-            // SAFETY: cc < full: 16 bytes from 16cc lie inside each row.
-            let ptrs = rows.map(|p| unsafe { p.add(cc * CHUNK_BYTES) });
-            // SAFETY: 16 readable bytes at each pointer; padded activation rows hold the chunk.
-            unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, cc, table) };
+    if m.gs == 0 {
+        // One scale a row: accumulate straight into the totals.
+        for c in 0..m.full {
+            // SAFETY: c < full: 64 bytes from 64c lie inside each row.
+            let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
+            // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
+            unsafe { nib_chunk_avx512(&mut tot, ptrs, xs, c, [table; R]) };
         }
-        if c + run > m.full {
-            // The row's partial last chunk, from zero-padded copies.
+        if m.full < m.nch {
             let bufs: [[u8; CHUNK_BYTES]; R] = std::array::from_fn(|r| m.chunk(o + r, m.full));
             let ptrs: [*const u8; R] = std::array::from_fn(|r| bufs[r].as_ptr());
-            // SAFETY: local 16-byte buffers; the padded activation rows cover the chunk.
-            unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, m.full, table) };
+            // SAFETY: local 64-byte buffers; the padded activation rows cover the chunk.
+            unsafe { nib_chunk_avx512(&mut tot, ptrs, xs, m.full, [table; R]) };
         }
         for r in 0..R {
-            let lo = _mm512_set1_ps(m.scale(o + r, m.group_of(c * NIBBLE_CHUNK)));
-            let sc = if m.split {
-                let hi = _mm512_set1_ps(m.scale(o + r, m.group_of(c * NIBBLE_CHUNK + 16)));
-                _mm512_mask_blend_ps(0xFF00, lo, hi)
-            } else {
-                lo
-            };
+            let d = m.scale(o + r, 0);
+            for k in 0..T {
+                out[r * m.a.s + t0 + k] = _mm512_reduce_add_ps(tot[r][k]) * d;
+            }
+        }
+        return;
+    }
+    let scales: [*const f32; R] = std::array::from_fn(|r| {
+        // SAFETY: row o + r owns ng scales from (o + r) * ng; the pointer stays in bounds.
+        unsafe { m.t.scales().as_ptr().add(4 * (o + r) * m.ng).cast::<f32>() }
+    });
+    // First group of the current chunk, offset of the chunk in it, phase of the pattern.
+    let (mut g0, mut off, mut phase) = (0usize, 0usize, 0usize);
+    for c in 0..m.nch {
+        let mut acc = [[_mm512_setzero_ps(); T]; R];
+        if c < m.full {
+            // SAFETY: c < full: 64 bytes from 64c lie inside each row.
+            let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
+            // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
+            unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, c, [table; R]) };
+        } else {
+            let bufs: [[u8; CHUNK_BYTES]; R] = std::array::from_fn(|r| m.chunk(o + r, c));
+            let ptrs: [*const u8; R] = std::array::from_fn(|r| bufs[r].as_ptr());
+            // SAFETY: local 64-byte buffers; the padded activation rows cover the chunk.
+            unsafe { nib_chunk_avx512(&mut acc, ptrs, xs, c, [table; R]) };
+        }
+        // The (up to 16) scales this chunk's lanes use, spread to their lanes. Lanes past the
+        // row's last group read a masked-out zero; their activations are zero padding.
+        // SAFETY: lane_groups rows are 16 u32.
+        let idx = unsafe { _mm512_loadu_si512(m.lane_groups[phase].as_ptr().cast()) };
+        let valid = (m.ng - g0).min(16);
+        let mask = ((1u32 << valid) - 1) as __mmask16;
+        for r in 0..R {
+            // SAFETY: the masked load reads only the `valid` scales g0..g0+valid of row o + r.
+            let got = unsafe { _mm512_maskz_loadu_ps(mask, scales[r].add(g0)) };
+            let sc = _mm512_permutexvar_ps(idx, got);
             for k in 0..T {
                 tot[r][k] = _mm512_fmadd_ps(acc[r][k], sc, tot[r][k]);
             }
         }
-        c += run;
+        off += NIBBLE_CHUNK;
+        while off >= m.gs {
+            off -= m.gs;
+            g0 += 1;
+        }
+        phase = if phase + 1 == m.period { 0 } else { phase + 1 };
     }
     for r in 0..R {
         for k in 0..T {
@@ -225,12 +282,12 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     }
 }
 
-/// One nibble chunk (16 bytes = 32 weights) of R rows against T activation rows:
-/// `acc[r][k] += table[lo] * x_even + table[hi] * x_odd`.
+/// One nibble chunk (64 bytes = 128 weights) of R rows against T activation rows:
+/// `acc[r][k] += Σ_j tables[r][nibble j] * x[j]`.
 ///
 /// # Safety
-/// AVX-512 F present; each `w[r]` points at 16 readable bytes; each `xs[k]` at
-/// `32 * (c + 1)` readable floats.
+/// AVX-512 F present; each `w[r]` points at 64 readable bytes; each `xs[k]` at
+/// `128 * (c + 1)` readable floats.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -239,25 +296,22 @@ pub(crate) unsafe fn nib_chunk_avx512<const R: usize, const T: usize>(
     w: [*const u8; R],
     xs: [*const f32; T],
     c: usize,
-    table: __m512,
+    tables: [__m512; R],
 ) {
-    let mut lo = [_mm512_setzero_ps(); R];
-    let mut hi = [_mm512_setzero_ps(); R];
-    for r in 0..R {
-        // SAFETY: 16 readable bytes at w[r].
-        let d = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(w[r].cast()) });
-        lo[r] = _mm512_permutexvar_ps(d, table);
-        hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(d), table);
-    }
-    for k in 0..T {
-        // SAFETY: 32c + 32 floats readable at xs[k].
-        let (xe, xo) = unsafe {
-            let p = xs[k].add(c * NIBBLE_CHUNK);
-            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-        };
+    // SAFETY: 64 readable bytes at w[r].
+    let mut v: [__m512i; R] = std::array::from_fn(|r| unsafe { _mm512_loadu_si512(w[r].cast()) });
+    for j in 0..LANE_WEIGHTS {
+        let mut q = [_mm512_setzero_ps(); R];
         for r in 0..R {
-            acc[r][k] = _mm512_fmadd_ps(lo[r], xe, acc[r][k]);
-            acc[r][k] = _mm512_fmadd_ps(hi[r], xo, acc[r][k]);
+            q[r] = _mm512_permutexvar_ps(v[r], tables[r]);
+            v[r] = _mm512_srli_epi32::<4>(v[r]);
+        }
+        for k in 0..T {
+            // SAFETY: 128c + 16j + 16 <= 128(c + 1) floats readable at xs[k].
+            let x = unsafe { _mm512_loadu_ps(xs[k].add(c * NIBBLE_CHUNK + 16 * j)) };
+            for r in 0..R {
+                acc[r][k] = _mm512_fmadd_ps(q[r], x, acc[r][k]);
+            }
         }
     }
 }
@@ -272,85 +326,88 @@ unsafe fn int4_avx2<const R: usize, const T: usize>(
     t0: usize,
     out: &mut [f32],
 ) {
-    let off = _mm256_set1_ps(-8.0);
+    let (one, off) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-8.0));
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
-    let mut tot = [[_mm256_setzero_ps(); T]; R];
-    // A run of half-chunks (16 weights each) that share one scale: a whole group, or, for
-    // the split group sizes, one half-chunk.
-    let halves = 2 * m.nch;
-    let mut h = 0;
-    while h < halves {
-        let run = if m.split { 1 } else { (2 * m.cpg).min(halves - h) };
-        let mut acc = [[_mm256_setzero_ps(); T]; R];
-        for hh in h..h + run {
-            let c = hh / 2;
-            let bufs: [[u8; CHUNK_BYTES]; R] = if c < m.full {
-                [[0; CHUNK_BYTES]; R]
+    let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
+    for c in 0..m.nch {
+        let bufs: [[u8; CHUNK_BYTES]; R] = if c < m.full {
+            [[0; CHUNK_BYTES]; R]
+        } else {
+            std::array::from_fn(|r| m.chunk(o + r, c))
+        };
+        let ptrs: [*const u8; R] = std::array::from_fn(|r| {
+            if c < m.full {
+                // SAFETY: c < full: 64 bytes from 64c lie inside the row.
+                unsafe { rows[r].add(c * CHUNK_BYTES) }
             } else {
-                std::array::from_fn(|r| m.chunk(o + r, c))
-            };
-            let ptrs: [*const u8; R] = std::array::from_fn(|r| {
-                if c < m.full {
-                    // SAFETY: c < full: 16 bytes from 16c lie inside the row.
-                    unsafe { rows[r].add(c * CHUNK_BYTES) }
-                } else {
-                    bufs[r].as_ptr()
-                }
-            });
-            // SAFETY: 16 readable bytes at each pointer; padded activation rows hold chunk c.
-            unsafe { nib_half_avx2(&mut acc, ptrs, xs, c, hh % 2, off) };
-        }
+                bufs[r].as_ptr()
+            }
+        });
+        let mut acc = [[[_mm256_setzero_ps(); 2]; T]; R];
+        // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
+        unsafe { nib_chunk_avx2(&mut acc, ptrs, xs, c, [one; R], [off; R]) };
         for r in 0..R {
-            let sc = _mm256_set1_ps(m.scale(o + r, m.group_of(h * 16)));
-            for k in 0..T {
-                tot[r][k] = _mm256_fmadd_ps(acc[r][k], sc, tot[r][k]);
+            let sc = if m.gs == 0 {
+                [1.0; 16]
+            } else {
+                m.lane_scales(o + r, c)
+            };
+            for h in 0..2 {
+                // SAFETY: 8h + 8 <= 16 floats of `sc`.
+                let s = unsafe { _mm256_loadu_ps(sc.as_ptr().add(8 * h)) };
+                for k in 0..T {
+                    tot[r][k][h] = _mm256_fmadd_ps(acc[r][k][h], s, tot[r][k][h]);
+                }
             }
         }
-        h += run;
     }
     for r in 0..R {
+        let d = if m.gs == 0 { m.scale(o + r, 0) } else { 1.0 };
         for k in 0..T {
-            out[r * m.a.s + t0 + k] = super::simd::hsum256(tot[r][k]);
+            let v = _mm256_add_ps(tot[r][k][0], tot[r][k][1]);
+            out[r * m.a.s + t0 + k] = super::simd::hsum256(v) * d;
         }
     }
 }
 
-/// Half `h` (bytes 8h..8h+8, weights 32c+16h..+16) of a nibble chunk of R rows against T
-/// activation rows: `acc[r][k] += (lo + off) * x_even + (hi + off) * x_odd`.
+/// One nibble chunk of R rows against T activation rows, as two halves of eight lanes
+/// (lanes 8h..8h+8 in `acc[r][k][h]`): `acc += Σ_j (nibble j · muls[r] + adds[r]) * x[j]`,
+/// the code decoded by one FMA (AVX2 has no 16-entry register table).
 ///
 /// # Safety
-/// AVX2 and FMA present; each `w[r]` points at 16 readable bytes; each `xs[k]` at
-/// `32 * (c + 1)` readable floats; h < 2.
+/// AVX2 and FMA present; each `w[r]` points at 64 readable bytes; each `xs[k]` at
+/// `128 * (c + 1)` readable floats.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn nib_half_avx2<const R: usize, const T: usize>(
-    acc: &mut [[__m256; T]; R],
+pub(crate) unsafe fn nib_chunk_avx2<const R: usize, const T: usize>(
+    acc: &mut [[[__m256; 2]; T]; R],
     w: [*const u8; R],
     xs: [*const f32; T],
     c: usize,
-    h: usize,
-    off: __m256,
+    muls: [__m256; R],
+    adds: [__m256; R],
 ) {
     let mask = _mm256_set1_epi32(15);
-    let mut lo = [_mm256_setzero_ps(); R];
-    let mut hi = [_mm256_setzero_ps(); R];
-    for r in 0..R {
-        // SAFETY: 8h + 8 <= 16 readable bytes at w[r].
-        let d = _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(w[r].add(8 * h).cast()) });
-        lo[r] = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d, mask)), off);
-        hi[r] = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(d)), off);
-    }
-    for k in 0..T {
-        // SAFETY: 32c + 16 + 8h + 8 <= 32(c + 1) floats readable at xs[k].
-        let (xe, xo) = unsafe {
-            let p = xs[k].add(c * NIBBLE_CHUNK + 8 * h);
-            (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(16)))
-        };
-        for r in 0..R {
-            acc[r][k] = _mm256_fmadd_ps(lo[r], xe, acc[r][k]);
-            acc[r][k] = _mm256_fmadd_ps(hi[r], xo, acc[r][k]);
+    for h in 0..2 {
+        // SAFETY: 32h + 32 <= 64 readable bytes at w[r].
+        let mut v: [__m256i; R] =
+            std::array::from_fn(|r| unsafe { _mm256_loadu_si256(w[r].add(32 * h).cast()) });
+        for j in 0..LANE_WEIGHTS {
+            let mut q = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                let code = _mm256_cvtepi32_ps(_mm256_and_si256(v[r], mask));
+                q[r] = _mm256_fmadd_ps(code, muls[r], adds[r]);
+                v[r] = _mm256_srli_epi32::<4>(v[r]);
+            }
+            for k in 0..T {
+                // SAFETY: 128c + 16j + 8h + 8 <= 128(c + 1) floats readable at xs[k].
+                let x = unsafe { _mm256_loadu_ps(xs[k].add(c * NIBBLE_CHUNK + 16 * j + 8 * h)) };
+                for r in 0..R {
+                    acc[r][k][h] = _mm256_fmadd_ps(q[r], x, acc[r][k][h]);
+                }
+            }
         }
     }
 }

@@ -5,6 +5,10 @@
 //! 64-byte chunks against [`Layout::Plain`] activations; the last partial chunk is copied to
 //! a zeroed buffer.
 
+// Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
+// activation indices; iterator chains would hide that shape.
+#![allow(clippy::needless_range_loop)]
+
 use super::{Activations, Layout, Micro, PLAIN_CHUNK, RowKernel, SimdLevel, drive, tail_chunk};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -27,7 +31,11 @@ impl RowKernel for Int8RowKernel {
         n: usize,
         out: &mut [f32],
     ) {
-        let m = Int8Micro { t, a, full: t.cols() / PLAIN_CHUNK };
+        let m = Int8Micro {
+            t,
+            a,
+            full: t.cols() / PLAIN_CHUNK,
+        };
         drive(level, &m, row0, n, a.s, out);
     }
 }

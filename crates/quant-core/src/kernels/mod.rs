@@ -9,9 +9,8 @@
 //!
 //! Activations are re-laid once per call ([`Activations`]): zero-padded to whole chunks, so
 //! a row's last partial chunk runs through the same vector code as the others, and for the
-//! nibble formats split into the even and odd weights of each 32-chunk, so one zero-extended
-//! load of 16 bytes yields the low nibbles (weights 2b) and high nibbles (weights 2b+1)
-//! against two contiguous activation vectors.
+//! nibble formats transposed within each 128-chunk so that one plain 64-byte load of packed
+//! nibbles lines up, nibble position by nibble position, with contiguous activation vectors.
 //!
 //! The SIMD level is detected at run time ([`SimdLevel::detect`], cached); `*_at` entry
 //! points run an explicit level, clamped to the hardware, so tests cover every level.
@@ -41,18 +40,16 @@ pub enum Layout {
     Raw,
     /// Each row zero-padded to a multiple of [`PLAIN_CHUNK`].
     Plain,
-    /// Each row zero-padded to a multiple of [`NIBBLE_CHUNK`], every 32-chunk stored as its
-    /// 16 even-index values then its 16 odd-index values.
+    /// Each row zero-padded to a multiple of [`NIBBLE_CHUNK`]; in every 128-chunk, vector j
+    /// (16 floats, j in 0..8) holds `x[8l + j]` for lanes l in 0..16 — the order of the
+    /// nibbles in the 16 little-endian u32 lanes of 64 packed bytes (see [`int4`]).
     Nibble,
-    /// [`Layout::Nibble`] plus the sum of every 128 activations ([`Activations::sums128`]),
-    /// for the affine formats' zero points.
-    NibbleWithSums,
 }
 
 /// Padding unit of [`Layout::Plain`]: one 64-byte load of int8 / fp8 weights.
 pub const PLAIN_CHUNK: usize = 64;
-/// Weights one [`Layout::Nibble`] chunk holds: the 32 nibbles of one 16-byte load.
-pub const NIBBLE_CHUNK: usize = 32;
+/// Weights one [`Layout::Nibble`] chunk holds: the 128 nibbles of one 64-byte load.
+pub const NIBBLE_CHUNK: usize = 128;
 
 /// Activations [S, I] in the layout a kernel asked for.
 pub struct Activations<'a> {
@@ -61,17 +58,11 @@ pub struct Activations<'a> {
     /// Floats from one activation row to the next in `x`.
     pub stride: usize,
     pub x: Cow<'a, [f32]>,
-    /// [S, ceil(I/128)]: Σ x over each 128-weight span of the *logical* order (empty unless
-    /// the layout is [`Layout::NibbleWithSums`]).
-    pub sums128: Vec<f32>,
-    /// ceil(I/128), the row stride of `sums128`.
-    pub spans128: usize,
 }
 
 impl<'a> Activations<'a> {
     /// Lays out `x` ([s, cols] row-major) as `layout` asks.
     pub fn new(layout: Layout, x: &'a [f32], s: usize, cols: usize) -> Self {
-        let spans128 = cols.div_ceil(128);
         let (stride, data) = match layout {
             Layout::Raw => (cols, Cow::Borrowed(x)),
             Layout::Plain => {
@@ -82,26 +73,25 @@ impl<'a> Activations<'a> {
                 }
                 (stride, Cow::Owned(v))
             }
-            Layout::Nibble | Layout::NibbleWithSums => {
+            Layout::Nibble => {
                 let stride = cols.div_ceil(NIBBLE_CHUNK) * NIBBLE_CHUNK;
                 let mut v = vec![0f32; s * stride];
                 for (dst, src) in v.chunks_exact_mut(stride).zip(x.chunks_exact(cols)) {
                     for (i, &val) in src.iter().enumerate() {
-                        let (c, j) = (i / NIBBLE_CHUNK, i % NIBBLE_CHUNK);
-                        dst[c * NIBBLE_CHUNK + (j % 2) * 16 + j / 2] = val;
+                        // Weight 8l + j of a chunk sits in lane l of vector j.
+                        let (c, w) = (i / NIBBLE_CHUNK, i % NIBBLE_CHUNK);
+                        dst[c * NIBBLE_CHUNK + (w % 8) * 16 + w / 8] = val;
                     }
                 }
                 (stride, Cow::Owned(v))
             }
         };
-        let sums128 = if layout == Layout::NibbleWithSums {
-            x.chunks_exact(cols)
-                .flat_map(|row| row.chunks(128).map(|c| c.iter().sum::<f32>()))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Activations { s, cols, stride, x: data, sums128, spans128 }
+        Activations {
+            s,
+            cols,
+            stride,
+            x: data,
+        }
     }
 
     /// Activation row `k` in the chosen layout (`stride` floats).
@@ -151,7 +141,20 @@ pub fn kernel_for(format: Format) -> &'static dyn RowKernel {
         | Format::Int3G64
         | Format::E8Lattice
         | Format::Mq4K
-        | Format::Mxfp4 => &generic::DecodeThenDot,
+        | Format::Mxfp4
+        | Format::Q8_0
+        | Format::Q4_0
+        | Format::Q4_1
+        | Format::Q5_0
+        | Format::Q5_1
+        | Format::Q2K
+        | Format::Q3K
+        | Format::Q4K
+        | Format::Q5K
+        | Format::Q6K
+        | Format::Iq4Nl
+        | Format::Iq4Xs
+        | Format::GgufMxfp4 => &generic::DecodeThenDot,
     }
 }
 
@@ -214,9 +217,11 @@ pub fn gemm_stored_at(
     }
     // Row-major [O, S] scratch so each task owns a contiguous slice; transposed at the end.
     let mut yt = vec![0f32; rows * s];
-    yt.par_chunks_mut(step * s).enumerate().for_each(|(k, out)| {
-        kernel.dot_rows(level, t, &acts, k * step, out.len() / s, out);
-    });
+    yt.par_chunks_mut(step * s)
+        .enumerate()
+        .for_each(|(k, out)| {
+            kernel.dot_rows(level, t, &acts, k * step, out.len() / s, out);
+        });
     for (o, ys) in yt.chunks_exact(s).enumerate() {
         for (k, v) in ys.iter().enumerate() {
             y[k * rows + o] = *v;
@@ -228,10 +233,20 @@ pub fn gemm_stored_at(
 fn check_sizes(t: &QTensor<'_>, x: &[f32], s: usize, y: &[f32]) -> Result<(), QuantError> {
     let format = t.format();
     if s == 0 || Some(x.len()) != s.checked_mul(t.cols()) {
-        return Err(QuantError::ActivationSize { format, s, cols: t.cols(), got: x.len() });
+        return Err(QuantError::ActivationSize {
+            format,
+            s,
+            cols: t.cols(),
+            got: x.len(),
+        });
     }
     if Some(y.len()) != s.checked_mul(t.rows()) {
-        return Err(QuantError::OutputSize { format, s, rows: t.rows(), got: y.len() });
+        return Err(QuantError::OutputSize {
+            format,
+            s,
+            rows: t.rows(),
+            got: y.len(),
+        });
     }
     Ok(())
 }
@@ -254,7 +269,14 @@ pub(crate) trait Micro: Sync {
 
 /// Runs `m` over rows `row0..row0+n` and all S activation rows: S is cut into tiles of 4,
 /// 2 and 1, and rows into blocks of R (with single rows for the remainder).
-pub(crate) fn drive<M: Micro>(level: SimdLevel, m: &M, row0: usize, n: usize, s: usize, out: &mut [f32]) {
+pub(crate) fn drive<M: Micro>(
+    level: SimdLevel,
+    m: &M,
+    row0: usize,
+    n: usize,
+    s: usize,
+    out: &mut [f32],
+) {
     let mut t0 = 0;
     while t0 < s {
         let left = s - t0;

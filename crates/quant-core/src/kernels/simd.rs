@@ -142,7 +142,10 @@ unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
         for (k, acc) in acc.iter_mut().enumerate() {
             // SAFETY: i + 16k + 16 <= n.
             let (x, y) = unsafe {
-                (_mm512_loadu_ps(pa.add(i + 16 * k)), _mm512_loadu_ps(pb.add(i + 16 * k)))
+                (
+                    _mm512_loadu_ps(pa.add(i + 16 * k)),
+                    _mm512_loadu_ps(pb.add(i + 16 * k)),
+                )
             };
             *acc = _mm512_fmadd_ps(x, y, *acc);
         }
@@ -157,8 +160,12 @@ unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
     if i < n {
         let m: __mmask16 = (1u32 << (n - i)).wrapping_sub(1) as __mmask16;
         // SAFETY: masked loads touch only the n - i lanes still inside both slices.
-        let (x, y) =
-            unsafe { (_mm512_maskz_loadu_ps(m, pa.add(i)), _mm512_maskz_loadu_ps(m, pb.add(i))) };
+        let (x, y) = unsafe {
+            (
+                _mm512_maskz_loadu_ps(m, pa.add(i)),
+                _mm512_maskz_loadu_ps(m, pb.add(i)),
+            )
+        };
         acc[1] = _mm512_fmadd_ps(x, y, acc[1]);
     }
     let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
@@ -177,8 +184,12 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     while i + 32 <= n {
         for (k, acc) in acc.iter_mut().enumerate() {
             // SAFETY: i + 8k + 8 <= n.
-            let (x, y) =
-                unsafe { (_mm256_loadu_ps(pa.add(i + 8 * k)), _mm256_loadu_ps(pb.add(i + 8 * k))) };
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_ps(pa.add(i + 8 * k)),
+                    _mm256_loadu_ps(pb.add(i + 8 * k)),
+                )
+            };
             *acc = _mm256_fmadd_ps(x, y, *acc);
         }
         i += 32;
@@ -219,10 +230,17 @@ mod tests {
             let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
             let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
             let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-            let mag: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum();
+            let mag: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (*x as f64 * *y as f64).abs())
+                .sum();
             for level in SimdLevel::available() {
                 let got = dot_f32_at(level, &a, &b) as f64;
-                assert!((got - want).abs() <= 1e-6 * mag.max(1.0), "{level:?} n={n}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() <= 1e-6 * mag.max(1.0),
+                    "{level:?} n={n}: {got} vs {want}"
+                );
             }
         }
     }
