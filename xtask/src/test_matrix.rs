@@ -80,6 +80,14 @@ fn backends() -> Vec<Entry> {
             backend: Ok(Box::new(CpuBackend)),
         },
         // crates/kernels-cuda (NVRTC through cudarc).
+        #[cfg(feature = "cuda")]
+        Entry {
+            name: "cuda",
+            feature: Some("cuda"),
+            ci: false,
+            backend: Ok(Box::new(kernels_cuda::CudaConformance::new())),
+        },
+        #[cfg(not(feature = "cuda"))]
         not_compiled("cuda", "cuda"),
         // crates/kernels-metal (WGSL through wgpu; lavapipe in CI, Metal on macOS).
         not_compiled("wgpu", "wgpu"),

@@ -9,7 +9,7 @@ use crate::container::{Container, Item, Resolved, ShapeHints, dense_shape};
 use crate::error::{ContainerError, Result};
 use crate::header::Dtype;
 use crate::legacy;
-use crate::roles::{Role, classify, fused_path_warning};
+use crate::roles::{GpuTable, Role, classify, fused_path_warning};
 use crate::writer::{Plan, Writer};
 use quant_core::oracle::{WorstError, reference_gemm, worst_error};
 use quant_core::registry::DEFAULT_ROTATION_SEED;
@@ -82,6 +82,9 @@ pub struct QuantizeOptions {
     pub roles: HashMap<Role, Format>,
     pub legacy_unstamped: bool,
     pub seed: u64,
+    /// Capability tables of the GPU backends the caller has compiled in: a tensor whose
+    /// format one of them lacks gets a convert-time warning (seed 003).
+    pub gpu_tables: Vec<GpuTable>,
 }
 
 fn input_err(file: &str, tensor: &str, msg: String) -> ContainerError {
@@ -197,7 +200,7 @@ pub fn plan_quantize(input: &Container, out_file: &str, opts: &QuantizeOptions) 
                             ),
                         ));
                     }
-                    if let Some(w) = fused_path_warning(role, format) {
+                    if let Some(w) = fused_path_warning(role, format, &opts.gpu_tables) {
                         *warn_counts.entry(w).or_default() += 1;
                     }
                     Target::Quantize {

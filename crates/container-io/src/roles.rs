@@ -214,32 +214,21 @@ pub fn classify(name: &str) -> Role {
     Role::Other
 }
 
-/// Seed 003's convert-time warning: the fused Metal decode path binds the MLA attention
-/// projections (q_a, q_b, kv_a, o) and the shared expert only at the per-row/grouped int
-/// formats (fmt 1-4), and kv_b only at int4-row (fmt=2); any other format pushes every
-/// layer holding such a tensor to the CPU path. Returns the warning for (role, format), or
-/// `None` where the format does not keep the tensor off that path.
-///
-/// This mirrors the allowlist the seed documents; the engine's capability table is the
-/// authority at load time, and this function is the converter's early echo of it.
-pub fn fused_path_warning(role: Role, format: Format) -> Option<String> {
-    let fmt = format.spec().legacy.fmt;
-    let row_or_group = matches!(fmt, Some(1..=4));
-    match role {
-        Role::AttnKvB if format != Format::Int4Row => Some(format!(
-            "kv_b tensors at {format}: the fused Metal attention path takes kv_b only as int4-row (fmt=2); \
-             these layers will decode attention on the CPU. Pass --role kv_b=int4-row to keep them fused."
-        )),
-        Role::AttnQA | Role::AttnQB | Role::AttnKvA | Role::AttnO | Role::SharedExpert
-            if !row_or_group =>
-        {
-            Some(format!(
-                "{} tensors at {format}: the fused Metal attention/shared-expert path takes only int8-row, int4-row, \
-             int2-row and int4-g* (fmt 1-4); these layers will run on the CPU path. Pass --role {}=int4-row (or int4-g64) to keep them fused.",
-                role.name(),
-                role.name()
-            ))
-        }
+/// A GPU backend's capability table, as the converter sees it (the backend crates export
+/// them in quant-core's vocabulary; container-io does not depend on any backend).
+#[derive(Copy, Clone, Debug)]
+pub struct GpuTable {
+    pub backend: &'static str,
+    pub table: &'static [quant_core::capability::Capability],
+}
+
+/// Seed 003's convert-time warning, read from the backends' own capability tables (the one
+/// place that says what runs where): for a weight tensor of `role` stored as `format`, one
+/// line per GPU backend whose table has no GEMV row for `format`, naming the role, the
+/// format, the backend and the remedy. Tensors that stay f32 (norms, routers, biases) and
+/// formats every table covers get no warning.
+pub fn fused_path_warning(role: Role, format: Format, tables: &[GpuTable]) -> Option<String> {
+    let weight = match role {
         Role::AttnKvB
         | Role::AttnQA
         | Role::AttnQB
@@ -248,18 +237,47 @@ pub fn fused_path_warning(role: Role, format: Format) -> Option<String> {
         | Role::SharedExpert
         | Role::Embed
         | Role::LmHead
-        | Role::Norm
-        | Role::Router
-        | Role::Bias
         | Role::AttnQ
         | Role::AttnK
         | Role::AttnV
         | Role::AttnQkv
         | Role::RoutedExpert
         | Role::DenseMlp
-        | Role::Scale
-        | Role::Other => None,
+        | Role::Other => true,
+        Role::Norm | Role::Router | Role::Bias | Role::Scale => false,
+    };
+    if !weight {
+        return None;
     }
+    let missing: Vec<&str> = tables
+        .iter()
+        .filter(|t| {
+            !t.table.iter().any(|c| c.op == quant_core::capability::Op::Gemv && c.format == format)
+        })
+        .map(|t| t.backend)
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let covered: Vec<&str> = quant_core::Format::all()
+        .filter(|f| {
+            tables.iter().all(|t| {
+                t.table.iter().any(|c| c.op == quant_core::capability::Op::Gemv && c.format == *f)
+            })
+        })
+        .map(|f| f.name())
+        .filter(|n| n.starts_with("int4") || n.starts_with("mq4") || n.starts_with("fp8"))
+        .take(3)
+        .collect();
+    Some(format!(
+        "{} tensors at {format}: {} has no GEMV kernel for {format} (its capability table), so \
+         these tensors will run on the CPU there. Pass --role {}=FORMAT with a covered format \
+         (e.g. {}) to keep them on the GPU.",
+        role.name(),
+        missing.join(", "),
+        role.name(),
+        covered.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -344,11 +362,18 @@ mod tests {
     }
 
     #[test]
-    fn fused_warning_follows_seed_003() {
-        assert!(fused_path_warning(Role::AttnKvB, Format::Int4G64).is_some());
-        assert!(fused_path_warning(Role::AttnKvB, Format::Int4Row).is_none());
-        assert!(fused_path_warning(Role::AttnO, Format::Mq4G256V2).is_some());
-        assert!(fused_path_warning(Role::AttnO, Format::Int4G64).is_none());
-        assert!(fused_path_warning(Role::RoutedExpert, Format::Mq4G256V2).is_none());
+    fn gpu_warning_reads_the_capability_tables() {
+        use quant_core::capability::{Capability, Constraint, Op};
+        static TABLE: [Capability; 1] = [Capability {
+            op: Op::Gemv,
+            format: Format::Int4G64,
+            constraint: Constraint::batch(1, 16),
+        }];
+        let tables = [GpuTable { backend: "cuda", table: &TABLE }];
+        let w = fused_path_warning(Role::AttnO, Format::Q4K, &tables).unwrap();
+        assert!(w.contains("cuda") && w.contains("q4_k") && w.contains("int4-g64"), "{w}");
+        assert!(fused_path_warning(Role::AttnO, Format::Int4G64, &tables).is_none());
+        assert!(fused_path_warning(Role::Norm, Format::Q4K, &tables).is_none());
+        assert!(fused_path_warning(Role::AttnO, Format::Q4K, &[]).is_none());
     }
 }

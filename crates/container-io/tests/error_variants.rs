@@ -594,6 +594,7 @@ fn input() {
         roles: HashMap::new(),
         legacy_unstamped: false,
         seed: 42,
+        gpu_tables: Vec::new(),
     };
     let e = plan_quantize(&c, "out.safetensors", &opts).err().unwrap();
     assert!(matches!(e, E::Input { .. }));

@@ -40,6 +40,7 @@ fn quantize(
         roles: HashMap::new(),
         legacy_unstamped: legacy,
         seed: 7,
+        gpu_tables: Vec::new(),
     };
     let planned = pipeline::plan_quantize(input, &out.display().to_string(), &opts)?;
     pipeline::execute(input, planned, out, 7, &|_| {}).map(|_| ())

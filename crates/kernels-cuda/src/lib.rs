@@ -1,6 +1,7 @@
 //! kernels-cuda: the CUDA tier of tessera.
 //!
 //! - [`caps`]: the capability table as data; every launch is looked up there first.
+//! - [`backend`]: the tier as a `quant_core::capability::Backend` (conformance, test matrix).
 //! - [`layout`]: host-side launch arguments and activation preparation (rotation, padding).
 //! - [`compile`]: NVRTC builds of `shaders/cuda/gemv.cu`, cached per process.
 //! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV.
@@ -9,12 +10,14 @@
 //! loaded at run time, so the crate builds anywhere; where no GPU exists every entry returns
 //! [`CudaError::Unavailable`] ("no CUDA device: ...") and nothing panics.
 
+pub mod backend;
 pub mod caps;
 pub mod compile;
 pub mod device;
 pub mod error;
 pub mod layout;
 
+pub use backend::CudaConformance;
 pub use caps::{CAPABILITIES, Capability, Op};
 #[cfg(feature = "mutation-test")]
 pub use compile::Mutation;

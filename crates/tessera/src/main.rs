@@ -574,6 +574,10 @@ fn quantize(
         roles: role_map,
         legacy_unstamped: legacy,
         seed,
+        gpu_tables: vec![container_io::roles::GpuTable {
+            backend: "cuda",
+            table: kernels_cuda::backend::capability_table(),
+        }],
     };
     let planned = pipeline::plan_quantize(&c, &output.display().to_string(), &opts)?;
     run_planned(&c, planned, output, seed, "quantize")
