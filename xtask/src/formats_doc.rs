@@ -12,8 +12,14 @@ fn scales(layout: ScaleLayout) -> String {
         ScaleLayout::None => "none".into(),
         ScaleLayout::Inline => "inline (in each block)".into(),
         ScaleLayout::PerRow(e) => format!("{} per row", e.name()),
-        ScaleLayout::PerGroup { group, encoding } => format!("{} per {group} along I", encoding.name()),
-        ScaleLayout::PerTile { rows, cols, encoding } => {
+        ScaleLayout::PerGroup { group, encoding } => {
+            format!("{} per {group} along I", encoding.name())
+        }
+        ScaleLayout::PerTile {
+            rows,
+            cols,
+            encoding,
+        } => {
             format!("{} per {rows}x{cols} tile", encoding.name())
         }
         ScaleLayout::PerTensor(e) => format!("one {} per tensor", e.name()),
@@ -64,7 +70,10 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
     let path = root.join("docs/FORMATS.md");
     let doc = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (Some(b), Some(e)) = (doc.find(BEGIN), doc.find(END)) else {
-        return Err(format!("{}: generated-table markers missing", path.display()));
+        return Err(format!(
+            "{}: generated-table markers missing",
+            path.display()
+        ));
     };
     let new = format!("{}{}{}", &doc[..b], table(), &doc[e + END.len()..]);
     if check {

@@ -20,7 +20,10 @@ fn run(program: &str, args: &[&str]) -> bool {
 }
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the repo root").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the repo root")
+        .to_path_buf()
 }
 
 fn formats_doc(check: bool) -> bool {
@@ -64,7 +67,17 @@ fn test_matrix(args: &[String]) -> bool {
 fn ci() -> bool {
     run("cargo", &["fmt", "--all", "--check"])
         && formats_doc(true)
-        && run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+        && run(
+            "cargo",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
         && run("cargo", &["test", "--workspace", "--release"])
         && test_matrix(&["--check".to_string()])
 }
@@ -75,8 +88,12 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("formats-doc") => formats_doc(args.iter().any(|a| a == "--check")),
         Some("test-matrix") => test_matrix(&args[1..]),
-        Some("quality") => quality::run(&root()).map_err(|e| eprintln!("xtask quality: {e}")).is_ok(),
-        Some("bench-cpu") => bench_cpu::run(&root()).map_err(|e| eprintln!("xtask bench-cpu: {e}")).is_ok(),
+        Some("quality") => quality::run(&root())
+            .map_err(|e| eprintln!("xtask quality: {e}"))
+            .is_ok(),
+        Some("bench-cpu") => bench_cpu::run(&root())
+            .map_err(|e| eprintln!("xtask bench-cpu: {e}"))
+            .is_ok(),
         other => {
             eprintln!(
                 "usage: cargo xtask <ci | formats-doc [--check] | test-matrix [--backend b,..] [--format f,..] [--json FILE] [--check] | bench-cpu | quality>   (unknown task {other:?})"
@@ -84,5 +101,9 @@ fn main() -> ExitCode {
             false
         }
     };
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

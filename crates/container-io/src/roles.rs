@@ -252,7 +252,9 @@ pub fn fused_path_warning(role: Role, format: Format, tables: &[GpuTable]) -> Op
     let missing: Vec<&str> = tables
         .iter()
         .filter(|t| {
-            !t.table.iter().any(|c| c.op == quant_core::capability::Op::Gemv && c.format == format)
+            !t.table
+                .iter()
+                .any(|c| c.op == quant_core::capability::Op::Gemv && c.format == format)
         })
         .map(|t| t.backend)
         .collect();
@@ -262,7 +264,9 @@ pub fn fused_path_warning(role: Role, format: Format, tables: &[GpuTable]) -> Op
     let covered: Vec<&str> = quant_core::Format::all()
         .filter(|f| {
             tables.iter().all(|t| {
-                t.table.iter().any(|c| c.op == quant_core::capability::Op::Gemv && c.format == *f)
+                t.table
+                    .iter()
+                    .any(|c| c.op == quant_core::capability::Op::Gemv && c.format == *f)
             })
         })
         .map(|f| f.name())
@@ -369,9 +373,15 @@ mod tests {
             format: Format::Int4G64,
             constraint: Constraint::batch(1, 16),
         }];
-        let tables = [GpuTable { backend: "cuda", table: &TABLE }];
+        let tables = [GpuTable {
+            backend: "cuda",
+            table: &TABLE,
+        }];
         let w = fused_path_warning(Role::AttnO, Format::Q4K, &tables).unwrap();
-        assert!(w.contains("cuda") && w.contains("q4_k") && w.contains("int4-g64"), "{w}");
+        assert!(
+            w.contains("cuda") && w.contains("q4_k") && w.contains("int4-g64"),
+            "{w}"
+        );
         assert!(fused_path_warning(Role::AttnO, Format::Int4G64, &tables).is_none());
         assert!(fused_path_warning(Role::Norm, Format::Q4K, &tables).is_none());
         assert!(fused_path_warning(Role::AttnO, Format::Q4K, &[]).is_none());

@@ -20,7 +20,9 @@ pub struct CudaConformance {
 impl CudaConformance {
     /// Opens device 0; never fails (the error is kept and reported by `probe`).
     pub fn new() -> Self {
-        CudaConformance { device: CudaBackend::new() }
+        CudaConformance {
+            device: CudaBackend::new(),
+        }
     }
 }
 
@@ -54,7 +56,9 @@ pub fn capability_table() -> &'static [Capability] {
 fn backend_error(e: CudaError) -> BackendError {
     match e {
         CudaError::Unavailable { why } => BackendError::Unavailable { why },
-        CudaError::NotImplemented { op: o, format, s, .. } => BackendError::NotImplemented {
+        CudaError::NotImplemented {
+            op: o, format, s, ..
+        } => BackendError::NotImplemented {
             backend: "cuda",
             op: op(o).name(),
             format,
@@ -62,7 +66,10 @@ fn backend_error(e: CudaError) -> BackendError {
         },
         CudaError::Quant(q) => BackendError::Input(q),
         e @ (CudaError::Shape { .. } | CudaError::Driver { .. } | CudaError::Compile { .. }) => {
-            BackendError::Device { backend: "cuda", why: e.to_string() }
+            BackendError::Device {
+                backend: "cuda",
+                why: e.to_string(),
+            }
         }
     }
 }
@@ -83,7 +90,13 @@ impl Backend for CudaConformance {
         capability_table()
     }
 
-    fn gemv(&self, t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), BackendError> {
+    fn gemv(
+        &self,
+        t: &QTensor<'_>,
+        x: &[f32],
+        s: usize,
+        y: &mut [f32],
+    ) -> Result<(), BackendError> {
         let dev = self.device.as_ref().map_err(|e| backend_error(e.clone()))?;
         caps::lookup(caps::Op::Gemv, t.format(), s).map_err(backend_error)?;
         let w = dev.upload(t).map_err(backend_error)?;

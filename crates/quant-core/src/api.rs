@@ -100,7 +100,11 @@ pub fn encode_rows(
     check("weight", wr.len(), weights.len())?;
     check("scale", sr.len(), scales.len())?;
     if let Some(k) = src.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::NonFiniteInput { format, row: row0 + k / cols, col: k % cols });
+        return Err(QuantError::NonFiniteInput {
+            format,
+            row: row0 + k / cols,
+            col: k % cols,
+        });
     }
     let codec = codec_for(format);
     match spec.rotation {
@@ -127,7 +131,13 @@ pub fn encode(
         .checked_mul(cols as u64)
         .ok_or(QuantError::SizeOverflow { format, rows, cols })?;
     if expected != src.len() as u64 {
-        return Err(QuantError::InputSize { format, rows, cols, expected, got: src.len() });
+        return Err(QuantError::InputSize {
+            format,
+            rows,
+            cols,
+            expected,
+            got: src.len(),
+        });
     }
     let wbytes = usize::try_from(spec.weight_bytes(rows, cols)?)
         .map_err(|_| QuantError::SizeOverflow { format, rows, cols })?;
@@ -153,9 +163,25 @@ pub fn encode(
         row0 += n;
     }
     tasks.into_par_iter().try_for_each(|(row0, n, w, s)| {
-        encode_rows(format, rows, cols, row0, &src[row0 * cols..(row0 + n) * cols], w, s, opts)
+        encode_rows(
+            format,
+            rows,
+            cols,
+            row0,
+            &src[row0 * cols..(row0 + n) * cols],
+            w,
+            s,
+            opts,
+        )
     })?;
-    Ok(EncodedTensor { format, rows, cols, weights, scales, rotation_seed: opts.rotation_seed })
+    Ok(EncodedTensor {
+        format,
+        rows,
+        cols,
+        weights,
+        scales,
+        rotation_seed: opts.rotation_seed,
+    })
 }
 
 /// Decodes rows `[row0, row0 + n)` into `out` ([n, cols]) in the logical (un-rotated)
@@ -163,7 +189,12 @@ pub fn encode(
 pub fn decode_rows(t: &QTensor<'_>, row0: usize, out: &mut [f32]) -> Result<(), QuantError> {
     let n = out.len() / t.cols();
     if n * t.cols() != out.len() || row0 + n > t.rows() {
-        return Err(QuantError::RowRange { format: t.format(), row0, n, rows: t.rows() });
+        return Err(QuantError::RowRange {
+            format: t.format(),
+            row0,
+            n,
+            rows: t.rows(),
+        });
     }
     codec_for(t.format()).decode_rows_f32(t, row0, out);
     unrotate(t, out);

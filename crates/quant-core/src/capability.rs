@@ -55,7 +55,9 @@ pub struct Capability {
 
 /// Finds the row covering (op, format, s), if any.
 pub fn lookup(table: &[Capability], op: Op, format: Format, s: usize) -> Option<&Capability> {
-    table.iter().find(|c| c.op == op && c.format == format && c.constraint.admits(s))
+    table
+        .iter()
+        .find(|c| c.op == op && c.format == format && c.constraint.admits(s))
 }
 
 /// Why a backend did not compute a result.
@@ -66,7 +68,12 @@ pub enum BackendError {
     Unavailable { why: String },
     /// The backend runs, but (op, format, S) is not a row of its capability table.
     #[error("not implemented: {op} of {format} at S={s} on {backend}")]
-    NotImplemented { backend: &'static str, op: &'static str, format: Format, s: usize },
+    NotImplemented {
+        backend: &'static str,
+        op: &'static str,
+        format: Format,
+        s: usize,
+    },
     /// The inputs were malformed (sizes), as quant-core defines them.
     #[error(transparent)]
     Input(#[from] QuantError),
@@ -91,5 +98,6 @@ pub trait Backend {
     }
     /// y[S, O] = x[S, I] · Wᵀ, x in the logical domain (the backend rotates it for rotated
     /// formats). Returns `NotImplemented` for combinations outside its table.
-    fn gemv(&self, t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32]) -> Result<(), BackendError>;
+    fn gemv(&self, t: &QTensor<'_>, x: &[f32], s: usize, y: &mut [f32])
+    -> Result<(), BackendError>;
 }

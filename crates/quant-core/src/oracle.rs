@@ -52,7 +52,10 @@ pub struct WorstError {
 /// weights poison their row); a NaN or infinite output where the reference is finite is an
 /// infinite error, so poisoned outputs left unwritten are always caught.
 pub fn worst_error(y: &[f32], r: &Reference) -> WorstError {
-    let mut worst = WorstError { error: 0.0, index: 0 };
+    let mut worst = WorstError {
+        error: 0.0,
+        index: 0,
+    };
     for (i, (&got, (&want, &mag))) in y.iter().zip(r.y.iter().zip(&r.magnitude)).enumerate() {
         let e = if want.is_nan() {
             if got.is_nan() { 0.0 } else { f64::INFINITY }

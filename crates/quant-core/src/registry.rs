@@ -102,7 +102,11 @@ pub enum ScaleLayout {
     PerGroup { group: u32, encoding: ScaleEncoding },
     /// One scale per `rows x cols` tile of [O, I], tiles row-major:
     /// `scale[(o/rows) * ceil(I/cols) + i/cols]`.
-    PerTile { rows: u32, cols: u32, encoding: ScaleEncoding },
+    PerTile {
+        rows: u32,
+        cols: u32,
+        encoding: ScaleEncoding,
+    },
     /// One scale for the whole tensor (plus whatever the blocks carry inline).
     PerTensor(ScaleEncoding),
 }
@@ -174,7 +178,11 @@ const fn row(
     FormatSpec {
         format,
         name,
-        legacy: LegacyIds { fmt, qt, ggml: None },
+        legacy: LegacyIds {
+            fmt,
+            qt,
+            ggml: None,
+        },
         block_weights,
         block_bytes,
         whole_blocks_only,
@@ -202,12 +210,26 @@ const fn ggml_row(
     block_bytes: u32,
     summary: &'static str,
 ) -> FormatSpec {
-    row(format, name, None, None, block_weights, block_bytes, true, ScaleLayout::Inline, NoRot, summary)
-        .with_ggml(id)
+    row(
+        format,
+        name,
+        None,
+        None,
+        block_weights,
+        block_bytes,
+        true,
+        ScaleLayout::Inline,
+        NoRot,
+        summary,
+    )
+    .with_ggml(id)
 }
 
 const fn per_group(group: u32) -> ScaleLayout {
-    ScaleLayout::PerGroup { group, encoding: ScaleEncoding::F32 }
+    ScaleLayout::PerGroup {
+        group,
+        encoding: ScaleEncoding::F32,
+    }
 }
 
 use Format as F;
@@ -216,9 +238,45 @@ use Rotation::{Fwht256, None as NoRot};
 /// The registry. Order is the order of `Format`; `spec()` relies on it and a test checks it.
 pub static FORMATS: &[FormatSpec] = &[
     // GGUF's F32 / F16 / BF16 tensors are these bytes: one row each, not a GGUF twin.
-    row(F::F32, "f32", None, None, 1, 4, false, ScaleLayout::None, NoRot, "IEEE binary32 weights").with_ggml(0),
-    row(F::F16, "f16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "IEEE binary16 weights").with_ggml(1),
-    row(F::Bf16, "bf16", None, None, 1, 2, false, ScaleLayout::None, NoRot, "bfloat16 weights").with_ggml(30),
+    row(
+        F::F32,
+        "f32",
+        None,
+        None,
+        1,
+        4,
+        false,
+        ScaleLayout::None,
+        NoRot,
+        "IEEE binary32 weights",
+    )
+    .with_ggml(0),
+    row(
+        F::F16,
+        "f16",
+        None,
+        None,
+        1,
+        2,
+        false,
+        ScaleLayout::None,
+        NoRot,
+        "IEEE binary16 weights",
+    )
+    .with_ggml(1),
+    row(
+        F::Bf16,
+        "bf16",
+        None,
+        None,
+        1,
+        2,
+        false,
+        ScaleLayout::None,
+        NoRot,
+        "bfloat16 weights",
+    )
+    .with_ggml(30),
     row(
         F::Int8Row,
         "int8-row",
@@ -255,14 +313,102 @@ pub static FORMATS: &[FormatSpec] = &[
         NoRot,
         "offset-binary 2-bit codes (q-2), lowest bits first, one f32 scale per row",
     ),
-    row(F::Int4G16, "int4-g16", Some(4), None, 2, 1, false, per_group(16), NoRot, "int4-row nibbles, one f32 scale per 16 along I"),
-    row(F::Int4G32, "int4-g32", Some(4), None, 2, 1, false, per_group(32), NoRot, "int4-row nibbles, one f32 scale per 32 along I"),
-    row(F::Int4G48, "int4-g48", Some(4), None, 2, 1, false, per_group(48), NoRot, "int4-row nibbles, one f32 scale per 48 along I"),
-    row(F::Int4G64, "int4-g64", Some(4), None, 2, 1, false, per_group(64), NoRot, "int4-row nibbles, one f32 scale per 64 along I"),
-    row(F::Int4G96, "int4-g96", Some(4), None, 2, 1, false, per_group(96), NoRot, "int4-row nibbles, one f32 scale per 96 along I"),
-    row(F::Int4G128, "int4-g128", Some(4), None, 2, 1, false, per_group(128), NoRot, "int4-row nibbles, one f32 scale per 128 along I"),
-    row(F::Int4G192, "int4-g192", Some(4), None, 2, 1, false, per_group(192), NoRot, "int4-row nibbles, one f32 scale per 192 along I"),
-    row(F::Int4G256, "int4-g256", Some(4), None, 2, 1, false, per_group(256), NoRot, "int4-row nibbles, one f32 scale per 256 along I"),
+    row(
+        F::Int4G16,
+        "int4-g16",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(16),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 16 along I",
+    ),
+    row(
+        F::Int4G32,
+        "int4-g32",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(32),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 32 along I",
+    ),
+    row(
+        F::Int4G48,
+        "int4-g48",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(48),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 48 along I",
+    ),
+    row(
+        F::Int4G64,
+        "int4-g64",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(64),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 64 along I",
+    ),
+    row(
+        F::Int4G96,
+        "int4-g96",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(96),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 96 along I",
+    ),
+    row(
+        F::Int4G128,
+        "int4-g128",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(128),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 128 along I",
+    ),
+    row(
+        F::Int4G192,
+        "int4-g192",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(192),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 192 along I",
+    ),
+    row(
+        F::Int4G256,
+        "int4-g256",
+        Some(4),
+        None,
+        2,
+        1,
+        false,
+        per_group(256),
+        NoRot,
+        "int4-row nibbles, one f32 scale per 256 along I",
+    ),
     row(
         F::Int3G64,
         "int3-g64",
@@ -295,7 +441,11 @@ pub static FORMATS: &[FormatSpec] = &[
         1,
         1,
         false,
-        ScaleLayout::PerTile { rows: 128, cols: 128, encoding: ScaleEncoding::F32 },
+        ScaleLayout::PerTile {
+            rows: 128,
+            cols: 128,
+            encoding: ScaleEncoding::F32,
+        },
         NoRot,
         "OCP E4M3-FN bytes, one f32 scale per 128x128 tile",
     ),
@@ -307,7 +457,11 @@ pub static FORMATS: &[FormatSpec] = &[
         1,
         1,
         false,
-        ScaleLayout::PerTile { rows: 128, cols: 128, encoding: ScaleEncoding::Ue8m0 },
+        ScaleLayout::PerTile {
+            rows: 128,
+            cols: 128,
+            encoding: ScaleEncoding::Ue8m0,
+        },
         NoRot,
         "OCP E4M3-FN bytes, one UE8M0 scale per 128x128 tile",
     ),
@@ -379,24 +533,118 @@ pub static FORMATS: &[FormatSpec] = &[
         32,
         16,
         false,
-        ScaleLayout::PerGroup { group: 32, encoding: ScaleEncoding::Ue8m0 },
+        ScaleLayout::PerGroup {
+            group: 32,
+            encoding: ScaleEncoding::Ue8m0,
+        },
         NoRot,
         "OCP MXFP4: E2M1 nibbles (low nibble first), one UE8M0 scale per 32 in the sidecar",
     ),
     // GGML block types, byte-identical to llama.cpp's `block_*` structs (codecs/ggml_*.rs).
-    ggml_row(F::Q8_0, "q8_0", 8, 32, 34, "GGML Q8_0: fp16 d + 32 int8, w = q*d"),
-    ggml_row(F::Q4_0, "q4_0", 2, 32, 18, "GGML Q4_0: fp16 d + 16 B nibbles (j, j+16), w = (q-8)*d"),
-    ggml_row(F::Q4_1, "q4_1", 3, 32, 20, "GGML Q4_1: fp16 d, fp16 m + 16 B nibbles, w = q*d + m"),
-    ggml_row(F::Q5_0, "q5_0", 6, 32, 22, "GGML Q5_0: fp16 d, 32 high bits, 16 B nibbles, w = (q-16)*d"),
-    ggml_row(F::Q5_1, "q5_1", 7, 32, 24, "GGML Q5_1: fp16 d, fp16 m, 32 high bits, 16 B nibbles, w = q*d + m"),
-    ggml_row(F::Q2K, "q2_k", 10, 256, 84, "GGML Q2_K: 16 x 16 with 4-bit scale/min under fp16 d/dmin, 2-bit codes"),
-    ggml_row(F::Q3K, "q3_k", 11, 256, 110, "GGML Q3_K: 16 x 16 with 6-bit scales under fp16 d, 3-bit codes (hmask + 2 bits)"),
-    ggml_row(F::Q4K, "q4_k", 12, 256, 144, "GGML Q4_K: 8 x 32 with 6-bit scale/min under fp16 d/dmin, 4-bit codes (mq4-k's block, unrotated)"),
-    ggml_row(F::Q5K, "q5_k", 13, 256, 176, "GGML Q5_K: Q4_K's header, 4-bit codes + a fifth bit plane"),
-    ggml_row(F::Q6K, "q6_k", 14, 256, 210, "GGML Q6_K: 16 x 16 with int8 scales under fp16 d, 6-bit codes"),
-    ggml_row(F::Iq4Nl, "iq4_nl", 20, 32, 18, "GGML IQ4_NL: fp16 d + 16 B nibbles indexing a 16-value non-linear table"),
-    ggml_row(F::Iq4Xs, "iq4_xs", 23, 256, 136, "GGML IQ4_XS: IQ4_NL's table, 6-bit scales per 32 under fp16 d"),
-    ggml_row(F::GgufMxfp4, "gguf-mxfp4", 39, 32, 17, "GGML MXFP4 (twin of mxfp4): E8M0 byte + 16 B E2M1 nibbles (j, j+16) inline"),
+    ggml_row(
+        F::Q8_0,
+        "q8_0",
+        8,
+        32,
+        34,
+        "GGML Q8_0: fp16 d + 32 int8, w = q*d",
+    ),
+    ggml_row(
+        F::Q4_0,
+        "q4_0",
+        2,
+        32,
+        18,
+        "GGML Q4_0: fp16 d + 16 B nibbles (j, j+16), w = (q-8)*d",
+    ),
+    ggml_row(
+        F::Q4_1,
+        "q4_1",
+        3,
+        32,
+        20,
+        "GGML Q4_1: fp16 d, fp16 m + 16 B nibbles, w = q*d + m",
+    ),
+    ggml_row(
+        F::Q5_0,
+        "q5_0",
+        6,
+        32,
+        22,
+        "GGML Q5_0: fp16 d, 32 high bits, 16 B nibbles, w = (q-16)*d",
+    ),
+    ggml_row(
+        F::Q5_1,
+        "q5_1",
+        7,
+        32,
+        24,
+        "GGML Q5_1: fp16 d, fp16 m, 32 high bits, 16 B nibbles, w = q*d + m",
+    ),
+    ggml_row(
+        F::Q2K,
+        "q2_k",
+        10,
+        256,
+        84,
+        "GGML Q2_K: 16 x 16 with 4-bit scale/min under fp16 d/dmin, 2-bit codes",
+    ),
+    ggml_row(
+        F::Q3K,
+        "q3_k",
+        11,
+        256,
+        110,
+        "GGML Q3_K: 16 x 16 with 6-bit scales under fp16 d, 3-bit codes (hmask + 2 bits)",
+    ),
+    ggml_row(
+        F::Q4K,
+        "q4_k",
+        12,
+        256,
+        144,
+        "GGML Q4_K: 8 x 32 with 6-bit scale/min under fp16 d/dmin, 4-bit codes (mq4-k's block, unrotated)",
+    ),
+    ggml_row(
+        F::Q5K,
+        "q5_k",
+        13,
+        256,
+        176,
+        "GGML Q5_K: Q4_K's header, 4-bit codes + a fifth bit plane",
+    ),
+    ggml_row(
+        F::Q6K,
+        "q6_k",
+        14,
+        256,
+        210,
+        "GGML Q6_K: 16 x 16 with int8 scales under fp16 d, 6-bit codes",
+    ),
+    ggml_row(
+        F::Iq4Nl,
+        "iq4_nl",
+        20,
+        32,
+        18,
+        "GGML IQ4_NL: fp16 d + 16 B nibbles indexing a 16-value non-linear table",
+    ),
+    ggml_row(
+        F::Iq4Xs,
+        "iq4_xs",
+        23,
+        256,
+        136,
+        "GGML IQ4_XS: IQ4_NL's table, 6-bit scales per 32 under fp16 d",
+    ),
+    ggml_row(
+        F::GgufMxfp4,
+        "gguf-mxfp4",
+        39,
+        32,
+        17,
+        "GGML MXFP4 (twin of mxfp4): E8M0 byte + 16 B E2M1 nibbles (j, j+16) inline",
+    ),
 ];
 
 /// The rotation seed written when the caller gives none (seed 001's engine used 42).
@@ -421,18 +669,28 @@ impl Format {
     /// Formats a legacy `fmt=` ordinal may denote (fmt=4 covers every int4 group size and
     /// fmt=7 both scale encodings; the byte counts disambiguate).
     pub fn from_legacy_fmt(fmt: u8) -> Vec<Format> {
-        FORMATS.iter().filter(|s| s.legacy.fmt == Some(fmt)).map(|s| s.format).collect()
+        FORMATS
+            .iter()
+            .filter(|s| s.legacy.fmt == Some(fmt))
+            .map(|s| s.format)
+            .collect()
     }
 
     /// The format whose blocks are GGUF `ggml_type` `id` (F32, F16, BF16 and the GGML
     /// block types); `None` for types the registry does not hold.
     pub fn from_ggml(id: u32) -> Option<Format> {
-        FORMATS.iter().find(|s| s.legacy.ggml.map(u32::from) == Some(id)).map(|s| s.format)
+        FORMATS
+            .iter()
+            .find(|s| s.legacy.ggml.map(u32::from) == Some(id))
+            .map(|s| s.format)
     }
 
     /// The format a legacy `qt=` ordinal denotes.
     pub fn from_legacy_qt(qt: u8) -> Option<Format> {
-        FORMATS.iter().find(|s| s.legacy.qt == Some(qt)).map(|s| s.format)
+        FORMATS
+            .iter()
+            .find(|s| s.legacy.qt == Some(qt))
+            .map(|s| s.format)
     }
 }
 
@@ -449,7 +707,9 @@ impl FromStr for Format {
             .iter()
             .find(|r| r.name == s)
             .map(|r| r.format)
-            .ok_or_else(|| QuantError::UnknownFormat { name: s.to_string() })
+            .ok_or_else(|| QuantError::UnknownFormat {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -498,7 +758,11 @@ impl FormatSpec {
     /// Checks that [O, I] is a shape this format can hold.
     pub fn check_shape(&self, rows: usize, cols: usize) -> Result<(), QuantError> {
         if rows == 0 || cols == 0 {
-            return Err(QuantError::EmptyShape { format: self.format, rows, cols });
+            return Err(QuantError::EmptyShape {
+                format: self.format,
+                rows,
+                cols,
+            });
         }
         if self.whole_blocks_only && !cols.is_multiple_of(self.block_weights as usize) {
             return Err(QuantError::PartialBlock {
@@ -519,14 +783,22 @@ impl FormatSpec {
     pub fn row_bytes(&self, cols: usize) -> Result<u64, QuantError> {
         self.blocks_per_row(cols)
             .checked_mul(self.block_bytes as u64)
-            .ok_or(QuantError::SizeOverflow { format: self.format, rows: 1, cols })
+            .ok_or(QuantError::SizeOverflow {
+                format: self.format,
+                rows: 1,
+                cols,
+            })
     }
 
     /// Weight bytes of an [O, I] tensor.
     pub fn weight_bytes(&self, rows: usize, cols: usize) -> Result<u64, QuantError> {
         self.row_bytes(cols)?
             .checked_mul(rows as u64)
-            .ok_or(QuantError::SizeOverflow { format: self.format, rows, cols })
+            .ok_or(QuantError::SizeOverflow {
+                format: self.format,
+                rows,
+                cols,
+            })
     }
 
     /// Stored scales of one row (row-local layouts) — 0 for inline, tile and tensor scales.
@@ -543,18 +815,23 @@ impl FormatSpec {
 
     /// Number of stored sidecar scales of an [O, I] tensor.
     pub fn scale_count(&self, rows: usize, cols: usize) -> Result<u64, QuantError> {
-        let overflow = QuantError::SizeOverflow { format: self.format, rows, cols };
+        let overflow = QuantError::SizeOverflow {
+            format: self.format,
+            rows,
+            cols,
+        };
         match self.scales {
             ScaleLayout::None | ScaleLayout::Inline => Ok(0),
             ScaleLayout::PerTensor(_) => Ok(1),
-            ScaleLayout::PerRow(_) | ScaleLayout::PerGroup { .. } => {
-                self.scales_per_row(cols).checked_mul(rows as u64).ok_or(overflow)
-            }
-            ScaleLayout::PerTile { rows: tr, cols: tc, .. } => {
-                ceil_div(rows as u64, tr as u64)
-                    .checked_mul(ceil_div(cols as u64, tc as u64))
-                    .ok_or(overflow)
-            }
+            ScaleLayout::PerRow(_) | ScaleLayout::PerGroup { .. } => self
+                .scales_per_row(cols)
+                .checked_mul(rows as u64)
+                .ok_or(overflow),
+            ScaleLayout::PerTile {
+                rows: tr, cols: tc, ..
+            } => ceil_div(rows as u64, tr as u64)
+                .checked_mul(ceil_div(cols as u64, tc as u64))
+                .ok_or(overflow),
         }
     }
 
@@ -563,7 +840,11 @@ impl FormatSpec {
         let per = self.scale_encoding().map_or(0, ScaleEncoding::bytes);
         self.scale_count(rows, cols)?
             .checked_mul(per)
-            .ok_or(QuantError::SizeOverflow { format: self.format, rows, cols })
+            .ok_or(QuantError::SizeOverflow {
+                format: self.format,
+                rows,
+                cols,
+            })
     }
 
     /// Byte range of rows `[row0, row0 + n)` within the weight buffer.
@@ -574,10 +855,19 @@ impl FormatSpec {
         cols: usize,
     ) -> Result<std::ops::Range<usize>, QuantError> {
         let rb = self.row_bytes(cols)?;
-        let of = QuantError::SizeOverflow { format: self.format, rows: row0 + n, cols };
+        let of = QuantError::SizeOverflow {
+            format: self.format,
+            rows: row0 + n,
+            cols,
+        };
         let start = rb.checked_mul(row0 as u64).ok_or(of.clone())?;
-        let end = rb.checked_mul((row0 as u64).checked_add(n as u64).ok_or(of.clone())?).ok_or(of.clone())?;
-        Ok(usize::try_from(start).map_err(|_| of.clone())?..usize::try_from(end).map_err(|_| of)?)
+        let end = rb
+            .checked_mul((row0 as u64).checked_add(n as u64).ok_or(of.clone())?)
+            .ok_or(of.clone())?;
+        Ok(
+            usize::try_from(start).map_err(|_| of.clone())?
+                ..usize::try_from(end).map_err(|_| of)?,
+        )
     }
 
     /// Byte range of the sidecar scales that rows `[row0, row0 + n)` own, for row-local and
@@ -591,10 +881,19 @@ impl FormatSpec {
         cols: usize,
     ) -> Result<std::ops::Range<usize>, QuantError> {
         let per = self.scale_encoding().map_or(0, ScaleEncoding::bytes);
-        let of = QuantError::SizeOverflow { format: self.format, rows, cols };
+        let of = QuantError::SizeOverflow {
+            format: self.format,
+            rows,
+            cols,
+        };
         let end_row = row0.checked_add(n).ok_or(of.clone())?;
         if end_row > rows {
-            return Err(QuantError::RowRange { format: self.format, row0, n, rows });
+            return Err(QuantError::RowRange {
+                format: self.format,
+                row0,
+                n,
+                rows,
+            });
         }
         let (first, last) = match self.scales {
             ScaleLayout::None | ScaleLayout::Inline => (0, 0),
@@ -603,13 +902,23 @@ impl FormatSpec {
                 let per_row = self.scales_per_row(cols);
                 (per_row * row0 as u64, per_row * end_row as u64)
             }
-            ScaleLayout::PerTile { rows: tr, cols: tc, .. } => {
+            ScaleLayout::PerTile {
+                rows: tr, cols: tc, ..
+            } => {
                 let tr = tr as usize;
                 if !row0.is_multiple_of(tr) || (!end_row.is_multiple_of(tr) && end_row != rows) {
-                    return Err(QuantError::RowRange { format: self.format, row0, n, rows });
+                    return Err(QuantError::RowRange {
+                        format: self.format,
+                        row0,
+                        n,
+                        rows,
+                    });
                 }
                 let per_band = ceil_div(cols as u64, tc as u64);
-                (per_band * (row0 / tr) as u64, per_band * ceil_div(end_row as u64, tr as u64))
+                (
+                    per_band * (row0 / tr) as u64,
+                    per_band * ceil_div(end_row as u64, tr as u64),
+                )
             }
         };
         let s = first.checked_mul(per).ok_or(of.clone())?;
@@ -626,10 +935,14 @@ impl FormatSpec {
             | ScaleLayout::Inline
             | ScaleLayout::PerRow(_)
             | ScaleLayout::PerTensor(_) => 0.0,
-            ScaleLayout::PerGroup { group, encoding } => encoding.bytes() as f64 * 8.0 / group as f64,
-            ScaleLayout::PerTile { rows, cols, encoding } => {
-                encoding.bytes() as f64 * 8.0 / (rows as f64 * cols as f64)
+            ScaleLayout::PerGroup { group, encoding } => {
+                encoding.bytes() as f64 * 8.0 / group as f64
             }
+            ScaleLayout::PerTile {
+                rows,
+                cols,
+                encoding,
+            } => encoding.bytes() as f64 * 8.0 / (rows as f64 * cols as f64),
         };
         payload + scale_bits
     }
@@ -683,9 +996,18 @@ mod tests {
         let f = Format::Fp8E4m3B128.spec();
         assert_eq!(f.weight_bytes(6144, 16384).unwrap(), 6144 * 16384);
         assert_eq!(f.scale_bytes(6144, 16384).unwrap(), 48 * 128 * 4);
-        assert_eq!(Format::Fp8E4m3B128Ue8m0.spec().scale_bytes(130, 130).unwrap(), 4);
+        assert_eq!(
+            Format::Fp8E4m3B128Ue8m0
+                .spec()
+                .scale_bytes(130, 130)
+                .unwrap(),
+            4
+        );
         // 136 B per 256 for the hfq4/mq4 family, 144 for mq4-k.
-        assert_eq!(Format::Mq4G256V2.spec().weight_bytes(2, 512).unwrap(), 2 * 2 * 136);
+        assert_eq!(
+            Format::Mq4G256V2.spec().weight_bytes(2, 512).unwrap(),
+            2 * 2 * 136
+        );
         assert_eq!(Format::Mq4K.spec().weight_bytes(1, 256).unwrap(), 144);
         assert_eq!(Format::Mxfp4.spec().scale_bytes(2, 64).unwrap(), 4);
     }

@@ -109,7 +109,9 @@ mod tests {
     fn lcg(n: usize, mut st: u64) -> Vec<f64> {
         (0..n)
             .map(|_| {
-                st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                st = st
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((st >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
             })
             .collect()

@@ -26,7 +26,14 @@ fn check_len(
     got: usize,
 ) -> Result<(), QuantError> {
     if expected != got as u64 {
-        return Err(QuantError::BufferSize { format, what, rows, cols, expected, got });
+        return Err(QuantError::BufferSize {
+            format,
+            what,
+            rows,
+            cols,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
@@ -43,9 +50,30 @@ impl<'a> QTensor<'a> {
     ) -> Result<Self, QuantError> {
         let spec = format.spec();
         spec.check_shape(rows, cols)?;
-        check_len(format, "weight", rows, cols, spec.weight_bytes(rows, cols)?, weights.len())?;
-        check_len(format, "scale", rows, cols, spec.scale_bytes(rows, cols)?, scales.len())?;
-        Ok(QTensor { format, rows, cols, weights, scales, rotation_seed })
+        check_len(
+            format,
+            "weight",
+            rows,
+            cols,
+            spec.weight_bytes(rows, cols)?,
+            weights.len(),
+        )?;
+        check_len(
+            format,
+            "scale",
+            rows,
+            cols,
+            spec.scale_bytes(rows, cols)?,
+            scales.len(),
+        )?;
+        Ok(QTensor {
+            format,
+            rows,
+            cols,
+            weights,
+            scales,
+            rotation_seed,
+        })
     }
 
     pub fn format(&self) -> Format {
@@ -105,7 +133,14 @@ impl EncodedTensor {
     ) -> Result<Self, QuantError> {
         let seed = rotation_seed.unwrap_or(DEFAULT_ROTATION_SEED);
         QTensor::new(format, rows, cols, &weights, &scales, seed)?;
-        Ok(EncodedTensor { format, rows, cols, weights, scales, rotation_seed: seed })
+        Ok(EncodedTensor {
+            format,
+            rows,
+            cols,
+            weights,
+            scales,
+            rotation_seed: seed,
+        })
     }
 
     pub fn view(&self) -> QTensor<'_> {

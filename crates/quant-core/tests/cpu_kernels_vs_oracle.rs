@@ -14,13 +14,19 @@ const BATCHES: [usize; 7] = [1, 2, 3, 4, 8, 16, 64];
 
 fn selected() -> Vec<Format> {
     match std::env::var("TESSERA_FORMATS") {
-        Ok(list) => list.split(',').map(|n| n.trim().parse().expect("format name")).collect(),
+        Ok(list) => list
+            .split(',')
+            .map(|n| n.trim().parse().expect("format name"))
+            .collect(),
         Err(_) => Format::all().collect(),
     }
 }
 
 fn seed() -> u64 {
-    std::env::var("TESSERA_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(fresh_seed)
+    std::env::var("TESSERA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(fresh_seed)
 }
 
 /// Shapes that exercise each format's edges.
@@ -52,11 +58,17 @@ fn every_format_matches_the_oracle() {
     for f in selected() {
         for (rows, cols) in edge_shapes(f) {
             let w = weights(&mut rng, rows, cols);
-            let t = encode(f, rows, cols, &w, &EncodeOptions {
+            let t = encode(
+                f,
+                rows,
+                cols,
+                &w,
+                &EncodeOptions {
                     rotation_seed: rng.next_u64(),
                     ..Default::default()
-                })
-                .unwrap_or_else(|e| panic!("{f} [{rows}, {cols}] encode: {e}"));
+                },
+            )
+            .unwrap_or_else(|e| panic!("{f} [{rows}, {cols}] encode: {e}"));
             for s in BATCHES {
                 let x = activations(&mut rng, s, cols);
                 let mut y = vec![POISON; s * rows];

@@ -69,11 +69,27 @@ fn cols_for(f: Format, want: usize) -> usize {
     }
 }
 
-fn encode_prefilled(f: Format, rows: usize, cols: usize, w: &[f32], fill: u8) -> (Vec<u8>, Vec<u8>) {
+fn encode_prefilled(
+    f: Format,
+    rows: usize,
+    cols: usize,
+    w: &[f32],
+    fill: u8,
+) -> (Vec<u8>, Vec<u8>) {
     let spec = f.spec();
     let mut wb = vec![fill; spec.weight_bytes(rows, cols).unwrap() as usize];
     let mut sb = vec![fill; spec.scale_bytes(rows, cols).unwrap() as usize];
-    encode_rows(f, rows, cols, 0, w, &mut wb, &mut sb, &EncodeOptions::default()).unwrap();
+    encode_rows(
+        f,
+        rows,
+        cols,
+        0,
+        w,
+        &mut wb,
+        &mut sb,
+        &EncodeOptions::default(),
+    )
+    .unwrap();
     (wb, sb)
 }
 
@@ -164,6 +180,14 @@ fn non_finite_input_is_refused_with_its_position() {
     w[256 + 7] = f32::NAN;
     for f in Format::all() {
         let err = encode(f, 2, 256, &w, &EncodeOptions::default()).unwrap_err();
-        assert_eq!(err, QuantError::NonFiniteInput { format: f, row: 1, col: 7 }, "{f}");
+        assert_eq!(
+            err,
+            QuantError::NonFiniteInput {
+                format: f,
+                row: 1,
+                col: 7
+            },
+            "{f}"
+        );
     }
 }

@@ -36,7 +36,9 @@ impl FloatKind {
         match self {
             FloatKind::F32 => write_f32(b, 4 * i, v),
             FloatKind::F16 => b[2 * i..2 * i + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes()),
-            FloatKind::Bf16 => b[2 * i..2 * i + 2].copy_from_slice(&bf16::from_f32(v).to_le_bytes()),
+            FloatKind::Bf16 => {
+                b[2 * i..2 * i + 2].copy_from_slice(&bf16::from_f32(v).to_le_bytes())
+            }
         }
     }
 }

@@ -31,7 +31,11 @@ impl Packing {
     }
     /// Offset added to the signed code before storing (0 for int8, which stores two's complement).
     const fn offset(self) -> i32 {
-        if self.bits == 8 { 0 } else { 1 << (self.bits - 1) }
+        if self.bits == 8 {
+            0
+        } else {
+            1 << (self.bits - 1)
+        }
     }
     const fn mask(self) -> u32 {
         (1u32 << self.bits) - 1
@@ -78,7 +82,11 @@ impl FormatCodec for IntRowCodec {
         let p = self.0;
         let rb = cols.div_ceil(p.per_byte());
         for (r, w) in src.chunks_exact(cols).enumerate() {
-            let (lo, hi) = if p.bits == 8 { (-127, 127) } else { (-p.offset(), p.offset() - 1) };
+            let (lo, hi) = if p.bits == 8 {
+                (-127, 127)
+            } else {
+                (-p.offset(), p.offset() - 1)
+            };
             let d = if p.bits == 8 {
                 w.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0
             } else {
@@ -114,7 +122,14 @@ mod tests {
     /// The worked example of docs/FORMATS.md, byte for byte.
     #[test]
     fn formats_md_int4_row_example() {
-        let t = encode(Format::Int4Row, 1, 3, &[0.7, -0.35, 0.1], &EncodeOptions::default()).unwrap();
+        let t = encode(
+            Format::Int4Row,
+            1,
+            3,
+            &[0.7, -0.35, 0.1],
+            &EncodeOptions::default(),
+        )
+        .unwrap();
         assert_eq!(t.weights, [0xc0, 0x07]);
         assert_eq!(t.scales, (0.7f32 / -8.0).to_le_bytes());
         assert_eq!(decode(&t.view()).unwrap(), [0.7, -0.35, -(0.7f32 / -8.0)]);
@@ -123,16 +138,28 @@ mod tests {
     #[test]
     fn int2_row_packs_lowest_bits_first() {
         // d = 1.0 / -2 = -0.5: codes q = w/d = [-2, 1, 0, -1, -2] stored as q+2 = [0, 3, 2, 1, 0].
-        let t = encode(Format::Int2Row, 1, 5, &[1.0, -0.5, 0.0, 0.5, 1.0], &EncodeOptions::default())
-            .unwrap();
+        let t = encode(
+            Format::Int2Row,
+            1,
+            5,
+            &[1.0, -0.5, 0.0, 0.5, 1.0],
+            &EncodeOptions::default(),
+        )
+        .unwrap();
         assert_eq!(t.weights, [0b01_10_11_00, 0b00]);
         assert_eq!(decode(&t.view()).unwrap(), [1.0, -0.5, 0.0, 0.5, 1.0]);
     }
 
     #[test]
     fn int8_row_uses_max_over_127() {
-        let t = encode(Format::Int8Row, 2, 2, &[1.27, -0.5, 0.0, 0.0], &EncodeOptions::default())
-            .unwrap();
+        let t = encode(
+            Format::Int8Row,
+            2,
+            2,
+            &[1.27, -0.5, 0.0, 0.0],
+            &EncodeOptions::default(),
+        )
+        .unwrap();
         assert_eq!(t.weights, [127, (-50i8) as u8, 0, 0]);
         assert_eq!(&t.scales[..4], &(1.27f32 / 127.0).to_le_bytes());
         assert_eq!(&t.scales[4..], &0f32.to_le_bytes());

@@ -2,8 +2,10 @@
 //!
 //! Each format has a [`RowKernel`]. Fused kernels ([`int8_row`], [`int4`], [`fp8`],
 //! [`affine256`]) read the stored bytes straight into registers — nibbles, E4M3 bytes and
-//! inline headers are decoded in-register and never written to a buffer — and fold every
-//! group or tile scale into the accumulation once per group. The other formats use
+//! inline headers are decoded in-register and never written to a buffer — and apply every
+//! group, tile or block scale per group (folded into the accumulation per group, or, for
+//! the affine blocks, into a 16-entry table of decoded weights per block), never once at
+//! the end. All accumulate exact f32 products of f32 activations. The other formats use
 //! [`generic::DecodeThenDot`], which decodes a few rows into an L1-sized scratch and dots
 //! them with every activation row using the SIMD dot of [`simd`].
 //!
