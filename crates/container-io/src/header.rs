@@ -371,3 +371,49 @@ fn check_tiling(file: &str, entries: &[TensorEntry], data_len: u64) -> Result<()
     }
     Ok(())
 }
+
+/// The safetensors dtype a tensor of `format` is stored in when the format is a plain float
+/// (f32, f16, bf16); `None` for quantized formats, which are stored as U8 bytes. The one
+/// place container-io maps formats to dtypes.
+pub fn dense_dtype(format: quant_core::Format) -> Option<Dtype> {
+    use quant_core::Format as F;
+    match format {
+        F::F32 => Some(Dtype::F32),
+        F::F16 => Some(Dtype::F16),
+        F::Bf16 => Some(Dtype::Bf16),
+        F::Int8Row
+        | F::Int4Row
+        | F::Int2Row
+        | F::Int4G16
+        | F::Int4G32
+        | F::Int4G48
+        | F::Int4G64
+        | F::Int4G96
+        | F::Int4G128
+        | F::Int4G192
+        | F::Int4G256
+        | F::Int3G64
+        | F::E8Lattice
+        | F::Fp8E4m3B128
+        | F::Fp8E4m3B128Ue8m0
+        | F::Hfq4G256
+        | F::Mq4G256
+        | F::Mq4G256V2
+        | F::Mq4cG256
+        | F::Mq4K
+        | F::Mxfp4
+        | F::Q8_0
+        | F::Q4_0
+        | F::Q4_1
+        | F::Q5_0
+        | F::Q5_1
+        | F::Q2K
+        | F::Q3K
+        | F::Q4K
+        | F::Q5K
+        | F::Q6K
+        | F::Iq4Nl
+        | F::Iq4Xs
+        | F::GgufMxfp4 => None,
+    }
+}

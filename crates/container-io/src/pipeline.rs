@@ -148,66 +148,30 @@ pub fn plan_quantize(input: &Container, out_file: &str, opts: &QuantizeOptions) 
             }
         } else {
             let format = opts.roles.get(&role).copied().unwrap_or(opts.format);
-            match format {
-                Format::F32 | Format::F16 | Format::Bf16 => {
-                    let dims = if r.how == crate::How::Dense {
-                        r.dims.clone()
-                    } else {
-                        vec![r.rows as u64, r.cols as u64]
-                    };
-                    Target::Dense { format, dims }
+            if crate::header::dense_dtype(format).is_some() {
+                let dims = if r.how == crate::How::Dense {
+                    r.dims.clone()
+                } else {
+                    vec![r.rows as u64, r.cols as u64]
+                };
+                Target::Dense { format, dims }
+            } else {
+                if let Err(e) = format.spec().check_shape(r.rows, r.cols) {
+                    return Err(input_err(
+                        &file,
+                        name,
+                        format!(
+                            "{e}; choose another format for role {role} with --role {role}=FORMAT"
+                        ),
+                    ));
                 }
-                Format::Int8Row
-                | Format::Int4Row
-                | Format::Int2Row
-                | Format::Int4G16
-                | Format::Int4G32
-                | Format::Int4G48
-                | Format::Int4G64
-                | Format::Int4G96
-                | Format::Int4G128
-                | Format::Int4G192
-                | Format::Int4G256
-                | Format::Int3G64
-                | Format::E8Lattice
-                | Format::Fp8E4m3B128
-                | Format::Fp8E4m3B128Ue8m0
-                | Format::Hfq4G256
-                | Format::Mq4G256
-                | Format::Mq4G256V2
-                | Format::Mq4cG256
-                | Format::Mq4K
-                | Format::Mxfp4
-                | Format::Q8_0
-                | Format::Q4_0
-                | Format::Q4_1
-                | Format::Q5_0
-                | Format::Q5_1
-                | Format::Q2K
-                | Format::Q3K
-                | Format::Q4K
-                | Format::Q5K
-                | Format::Q6K
-                | Format::Iq4Nl
-                | Format::Iq4Xs
-                | Format::GgufMxfp4 => {
-                    if let Err(e) = format.spec().check_shape(r.rows, r.cols) {
-                        return Err(input_err(
-                            &file,
-                            name,
-                            format!(
-                                "{e}; choose another format for role {role} with --role {role}=FORMAT"
-                            ),
-                        ));
-                    }
-                    if let Some(w) = fused_path_warning(role, format, &opts.gpu_tables) {
-                        *warn_counts.entry(w).or_default() += 1;
-                    }
-                    Target::Quantize {
-                        format,
-                        rows: r.rows,
-                        cols: r.cols,
-                    }
+                if let Some(w) = fused_path_warning(role, format, &opts.gpu_tables) {
+                    *warn_counts.entry(w).or_default() += 1;
+                }
+                Target::Quantize {
+                    format,
+                    rows: r.rows,
+                    cols: r.cols,
                 }
             }
         };

@@ -143,44 +143,9 @@ impl Plan {
     /// Plans a dense float tensor in its own dtype and original shape, stamped with its
     /// logical [O, I] (leading dimensions folded into O).
     pub fn add_dense(&mut self, name: &str, format: Format, dims: &[u64]) -> Result<()> {
-        let dtype = match format {
-            Format::F32 => Dtype::F32,
-            Format::F16 => Dtype::F16,
-            Format::Bf16 => Dtype::Bf16,
-            Format::Int8Row
-            | Format::Int4Row
-            | Format::Int2Row
-            | Format::Int4G16
-            | Format::Int4G32
-            | Format::Int4G48
-            | Format::Int4G64
-            | Format::Int4G96
-            | Format::Int4G128
-            | Format::Int4G192
-            | Format::Int4G256
-            | Format::Int3G64
-            | Format::E8Lattice
-            | Format::Fp8E4m3B128
-            | Format::Fp8E4m3B128Ue8m0
-            | Format::Hfq4G256
-            | Format::Mq4G256
-            | Format::Mq4G256V2
-            | Format::Mq4cG256
-            | Format::Mq4K
-            | Format::Mxfp4
-            | Format::Q8_0
-            | Format::Q4_0
-            | Format::Q4_1
-            | Format::Q5_0
-            | Format::Q5_1
-            | Format::Q2K
-            | Format::Q3K
-            | Format::Q4K
-            | Format::Q5K
-            | Format::Q6K
-            | Format::Iq4Nl
-            | Format::Iq4Xs
-            | Format::GgufMxfp4 => {
+        let dtype = match crate::header::dense_dtype(format) {
+            Some(d) => d,
+            None => {
                 return Err(self.err(name, format!("{format} is not a dense float format")));
             }
         };

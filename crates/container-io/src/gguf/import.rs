@@ -24,44 +24,7 @@ pub type Progress<'p> = &'p (dyn Fn(u64) + Sync);
 
 /// The bytes of one dense element of `f`.
 fn dense_elem(f: Format) -> Option<usize> {
-    match f {
-        Format::F32 => Some(4),
-        Format::F16 | Format::Bf16 => Some(2),
-        Format::Int8Row
-        | Format::Int4Row
-        | Format::Int2Row
-        | Format::Int4G16
-        | Format::Int4G32
-        | Format::Int4G48
-        | Format::Int4G64
-        | Format::Int4G96
-        | Format::Int4G128
-        | Format::Int4G192
-        | Format::Int4G256
-        | Format::Int3G64
-        | Format::E8Lattice
-        | Format::Fp8E4m3B128
-        | Format::Fp8E4m3B128Ue8m0
-        | Format::Hfq4G256
-        | Format::Mq4G256
-        | Format::Mq4G256V2
-        | Format::Mq4cG256
-        | Format::Mq4K
-        | Format::Mxfp4
-        | Format::Q8_0
-        | Format::Q4_0
-        | Format::Q4_1
-        | Format::Q5_0
-        | Format::Q5_1
-        | Format::Q2K
-        | Format::Q3K
-        | Format::Q4K
-        | Format::Q5K
-        | Format::Q6K
-        | Format::Iq4Nl
-        | Format::Iq4Xs
-        | Format::GgufMxfp4 => None,
-    }
+    crate::header::dense_dtype(f).map(|d| d.size() as usize)
 }
 
 fn to_usize(g: &Gguf<'_>, t: &TensorInfo<'_>, v: u64) -> Result<usize> {
