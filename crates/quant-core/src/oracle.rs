@@ -74,3 +74,59 @@ pub fn worst_error(y: &[f32], r: &Reference) -> WorstError {
 
 /// A value no kernel produces by accident; outputs are filled with it before each run.
 pub const POISON: f32 = f32::from_bits(0x7FC0_DEAD);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_error_reports_the_first_of_equal_errors() {
+        let r = Reference {
+            y: vec![1.0; 3],
+            magnitude: vec![1.0; 3],
+        };
+        assert_eq!(
+            worst_error(&[1.5, 1.5, 1.0], &r),
+            WorstError {
+                error: 0.5,
+                index: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_nan_error_is_never_hidden_by_a_finite_one() {
+        // An infinite reference makes the error NaN (inf / inf): it must be reported as the
+        // worst, whether it comes before or after a finite error.
+        let inf = f64::INFINITY;
+        let r = Reference {
+            y: vec![1.0, inf, 1.0],
+            magnitude: vec![1.0, inf, 1.0],
+        };
+        let w = worst_error(&[1.5, 1.0, 1.0], &r);
+        assert!(w.error.is_nan() && w.index == 1, "{w:?}");
+        let r = Reference {
+            y: vec![inf, 1.0],
+            magnitude: vec![inf, 1.0],
+        };
+        let w = worst_error(&[1.0, 3.0], &r);
+        assert!(w.error.is_nan() && w.index == 0, "{w:?}");
+    }
+
+    #[test]
+    fn unwritten_or_non_finite_outputs_are_infinitely_wrong() {
+        let r = Reference {
+            y: vec![1.0, f64::NAN],
+            magnitude: vec![1.0, 1.0],
+        };
+        assert_eq!(worst_error(&[POISON, f32::NAN], &r).error, f64::INFINITY);
+        assert_eq!(
+            worst_error(&[1.0, 0.0], &r),
+            WorstError {
+                error: f64::INFINITY,
+                index: 1
+            }
+        );
+        assert_eq!(worst_error(&[1.0, f32::NAN], &r).error, 0.0);
+    }
+}
