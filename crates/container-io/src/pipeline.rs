@@ -23,9 +23,7 @@ const BLOCK_VALUES: usize = 1 << 20;
 
 /// Rows of a streaming block for `format` at `cols`: a multiple of the format's row block.
 fn block_rows(format: Format, cols: usize) -> usize {
-    let rb = format.spec().row_block().max(1);
-    let want = (BLOCK_VALUES / cols.max(1)).max(1);
-    want.div_ceil(rb) * rb
+    format.spec().stream_rows(cols, BLOCK_VALUES)
 }
 
 /// What one output tensor is made from.
@@ -365,7 +363,7 @@ pub fn plan_repack_fp8(input: &Container, out_file: &str, opts: &RepackOptions) 
             source,
         };
         let want_s = spec.scale_bytes(rows, cols).map_err(q)?;
-        let tiles = [rows.div_ceil(128) as u64, cols.div_ceil(128) as u64];
+        let tiles = spec.tile_grid(rows, cols).unwrap_or([0, 0]);
         if sentry.nbytes() != want_s || sentry.shape.as_slice() != tiles {
             return Err(input_err(
                 &file,

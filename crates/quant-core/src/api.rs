@@ -48,9 +48,7 @@ impl Default for EncodeOptions {
 /// Rows a parallel task encodes or decodes at once: a multiple of the format's row block,
 /// sized so a task touches a few hundred KiB.
 pub fn task_rows(format: Format, cols: usize) -> usize {
-    let rb = format.spec().row_block();
-    let want = (262_144 / cols.max(1)).max(1);
-    want.div_ceil(rb) * rb
+    format.spec().stream_rows(cols, 262_144)
 }
 
 /// Encodes rows `[row0, row0 + n)` of an [rows, cols] tensor (`src` holds those rows,

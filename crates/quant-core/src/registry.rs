@@ -755,6 +755,31 @@ impl FormatSpec {
         }
     }
 
+    /// Rows of about `values` weights a streaming or parallel task takes at once, rounded up
+    /// to a multiple of `row_block()` so no task splits rows that share scales.
+    pub fn stream_rows(&self, cols: usize, values: usize) -> usize {
+        let rb = self.row_block().max(1);
+        (values / cols.max(1)).max(1).div_ceil(rb) * rb
+    }
+
+    /// The [row tiles, column tiles] grid of a tile-scaled format's sidecar at [O, I]
+    /// (`None` for every other scale layout).
+    pub fn tile_grid(&self, rows: usize, cols: usize) -> Option<[u64; 2]> {
+        match self.scales {
+            ScaleLayout::PerTile {
+                rows: tr, cols: tc, ..
+            } => Some([
+                ceil_div(rows as u64, tr as u64),
+                ceil_div(cols as u64, tc as u64),
+            ]),
+            ScaleLayout::None
+            | ScaleLayout::Inline
+            | ScaleLayout::PerRow(_)
+            | ScaleLayout::PerGroup { .. }
+            | ScaleLayout::PerTensor(_) => None,
+        }
+    }
+
     /// Checks that [O, I] is a shape this format can hold.
     pub fn check_shape(&self, rows: usize, cols: usize) -> Result<(), QuantError> {
         if rows == 0 || cols == 0 {
@@ -1040,6 +1065,19 @@ mod tests {
         assert_eq!(f.scale_range(256, 44, 300, 300).unwrap(), 6 * 4..9 * 4);
         assert!(f.scale_range(1, 128, 300, 300).is_err());
         assert!(f.scale_range(256, 45, 300, 300).is_err());
+    }
+
+    #[test]
+    fn tile_grid_and_stream_rows() {
+        assert_eq!(Format::Fp8E4m3B128.spec().tile_grid(130, 300), Some([2, 3]));
+        assert_eq!(Format::Int8Row.spec().tile_grid(130, 300), None);
+        // fp8 tasks never split a 128-row tile band; row-local formats take any row count.
+        assert_eq!(
+            Format::Fp8E4m3B128.spec().stream_rows(4096, 4096 * 130),
+            256
+        );
+        assert_eq!(Format::Int8Row.spec().stream_rows(4096, 4096 * 130), 130);
+        assert_eq!(Format::Int8Row.spec().stream_rows(1 << 20, 16), 1);
     }
 
     #[test]

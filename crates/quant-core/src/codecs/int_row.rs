@@ -73,14 +73,20 @@ fn decode<T: Real>(p: Packing, t: &QTensor<'_>, row0: usize, out: &mut [T]) {
 impl FormatCodec for IntRowCodec {
     fn encode_rows(
         &self,
-        _format: Format,
+        format: Format,
         cols: usize,
         src: &[f32],
         weights: &mut [u8],
         scales: &mut [u8],
     ) -> Result<(), QuantError> {
         let p = self.0;
-        let rb = cols.div_ceil(p.per_byte());
+        let rb = usize::try_from(format.spec().row_bytes(cols)?).map_err(|_| {
+            QuantError::SizeOverflow {
+                format,
+                rows: 1,
+                cols,
+            }
+        })?;
         for (r, w) in src.chunks_exact(cols).enumerate() {
             let (lo, hi) = if p.bits == 8 {
                 (-127, 127)
