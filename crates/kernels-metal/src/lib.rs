@@ -1,6 +1,29 @@
-//! kernels-metal: the Apple tier of tessera, through wgpu.
+//! kernels-metal: the Apple tier of tessera, through wgpu (Metal on macOS, Vulkan or DX12
+//! elsewhere, so the same WGSL is tested on lavapipe and on NVIDIA Vulkan).
 //!
-//! It will hold a wgpu backend running the WGSL kernels in `shaders/wgsl/` (Metal on macOS,
-//! Vulkan elsewhere, so the same shaders are tested on lavapipe and NVIDIA Vulkan), with a
-//! pipeline cache, buffer pools and its capability table as data. Nothing is implemented
-//! yet (issue 5); this crate intentionally exports nothing until it is.
+//! - [`kernels`]: the format -> WGSL kernel table and the shader sources; builds without
+//!   wgpu (kernels-rocm reads it with `default-features = false`).
+//!
+//! With the default `wgpu` feature (docs/WGPU.md):
+//! - `caps`: the capability table as data ([`CAPABILITIES`]).
+//! - `device`: [`WgpuBackend`]: adapter and device, pipeline cache, buffer pools,
+//!   [`GpuTensor`] uploads and asynchronous GEMV.
+//! - `backend`: [`WgpuConformance`], the tier as a `quant_core::capability::Backend`.
+
+pub mod kernels;
+
+#[cfg(feature = "wgpu")]
+pub mod backend;
+#[cfg(feature = "wgpu")]
+pub mod caps;
+#[cfg(feature = "wgpu")]
+pub mod device;
+
+#[cfg(feature = "wgpu")]
+pub use backend::WgpuConformance;
+#[cfg(feature = "wgpu")]
+pub use caps::CAPABILITIES;
+#[cfg(feature = "mutation-test")]
+pub use device::Mutation;
+#[cfg(feature = "wgpu")]
+pub use device::{GpuTensor, Options, PendingGemv, Subgroups, WgpuBackend};

@@ -1,0 +1,502 @@
+//! bench_gemv: wgpu GEMV timings on the chosen adapter, against a buffer-to-buffer copy
+//! measured through wgpu in the same process.
+//!
+//! Convention (as crates/kernels-cuda's bench and ../shared/anchors/anchor_gpu.py): a copy
+//! of n bytes moves 2n bytes (read + write), `copy GB/s = 2n / t`; a GEMV must read its
+//! stored weight + scale bytes, `weight GB/s = (weight + scale bytes) / t`; "% of copy" is
+//! their ratio. GEMV times are medians of single dispatches bracketed by timestamp queries
+//! where the adapter offers them (`Features::TIMESTAMP_QUERY`), otherwise wall time of many
+//! dispatches in one submission divided by their count ("queued"), which is also printed
+//! beside the timestamps. The copy is timed by wall clock over 10 copies of up to 1 GiB in
+//! one submission. Weight copies rotate through at least 512 MB so the next dispatch's
+//! weights are never in the L2.
+//!
+//! Usage: bench_gemv [--quick] [--no-sweep] [--formats a,b] [--batches 1,16]
+//!                   [--shapes 6144x16384,...] [--rotate-mb 512] [--copy-mb 1024]
+//! Adapter: TESSERA_WGPU_ADAPTER=<name substring>. Prints markdown tables on stdout (the
+//! default kernel per format and S; then every rows-per-workgroup and reduction variant);
+//! with $OUT set also writes $OUT/bench_gemv_wgpu.json. Without an adapter it prints
+//! "skipped: ..." and exits 0.
+
+use kernels_metal::kernels::rows_per_workgroup;
+use kernels_metal::{GpuTensor, Options, Subgroups, WgpuBackend};
+use quant_core::oracle::{reference_gemm, worst_error};
+use quant_core::testdata::{Rng, activations, weights};
+use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
+use std::time::Instant;
+
+const SHAPES: [(usize, usize); 1] = [(6144, 16384)];
+const FORMATS: [Format; 5] = [
+    Format::Int4Row,
+    Format::Int4G64,
+    Format::Int8Row,
+    Format::Fp8E4m3B128,
+    Format::Mq4G256V2,
+];
+
+struct Opts {
+    reps: usize,
+    sweep: bool,
+    formats: Vec<Format>,
+    batches: Vec<usize>,
+    shapes: Vec<(usize, usize)>,
+    /// Weight copies cover at least this many bytes (default 512 MiB).
+    rotate_bytes: u64,
+    /// Bytes of the timed copy (default 1 GiB, capped by the device's buffer limit).
+    copy_bytes: u64,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        reps: 50,
+        sweep: true,
+        formats: FORMATS.to_vec(),
+        batches: vec![1, 16],
+        shapes: SHAPES.to_vec(),
+        rotate_bytes: 512 << 20,
+        copy_bytes: 1 << 30,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--quick" => o.reps = 10,
+            "--no-sweep" => o.sweep = false,
+            "--rotate-mb" => {
+                let v = value()?;
+                o.rotate_bytes = v.parse::<u64>().map_err(|e| format!("{v}: {e}"))? << 20;
+            }
+            "--copy-mb" => {
+                let v = value()?;
+                o.copy_bytes = (v.parse::<u64>().map_err(|e| format!("{v}: {e}"))? << 20).max(4);
+            }
+            "--formats" => {
+                o.formats = quant_core::conformance::parse_formats(&value()?)?;
+            }
+            "--batches" => {
+                o.batches = value()?
+                    .split(',')
+                    .map(|v| v.trim().parse::<usize>().map_err(|e| format!("{v}: {e}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--shapes" => {
+                o.shapes = value()?
+                    .split(',')
+                    .map(|v| {
+                        let (r, c) = v.split_once('x').ok_or(format!("{v}: want OxI"))?;
+                        Ok::<_, String>((
+                            r.trim().parse().map_err(|e| format!("{v}: {e}"))?,
+                            c.trim().parse().map_err(|e| format!("{v}: {e}"))?,
+                        ))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(o)
+}
+
+fn fail(e: impl std::fmt::Display) -> ! {
+    eprintln!("bench_gemv: {e}");
+    std::process::exit(1)
+}
+
+fn wait(b: &WgpuBackend) {
+    if let Err(e) = b.device().poll(wgpu::PollType::wait_indefinitely()) {
+        fail(format!("poll: {e}"));
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Copy bandwidth, 2n / t, over 10 copies of n bytes in one submission (median of 5).
+fn copy_bandwidth(b: &WgpuBackend, bytes: u64) -> (f64, u64) {
+    let limits = b.device().limits();
+    let n = bytes.min(limits.max_buffer_size) / 4 * 4;
+    let mk = |usage| {
+        b.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("copy"),
+            size: n,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let src = mk(wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST);
+    let dst = mk(wgpu::BufferUsages::COPY_DST);
+    let mut times = Vec::new();
+    for rep in 0..6 {
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        for _ in 0..10 {
+            enc.copy_buffer_to_buffer(&src, 0, &dst, 0, n);
+        }
+        wait(b);
+        let t0 = Instant::now();
+        b.queue().submit([enc.finish()]);
+        wait(b);
+        // The first run pays for first-touch allocation.
+        if rep > 0 {
+            times.push(t0.elapsed().as_secs_f64() / 10.0);
+        }
+    }
+    (2.0 * n as f64 / median(times) / 1e9, n)
+}
+
+/// The contents of `buf` (f32), read back.
+fn read_f32(b: &WgpuBackend, buf: &wgpu::Buffer) -> Vec<f32> {
+    let read = b.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("read"),
+        size: buf.size(),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buf, 0, &read, 0, buf.size());
+    b.queue().submit([enc.finish()]);
+    read.map_async(wgpu::MapMode::Read, .., |r| {
+        if let Err(e) = r {
+            fail(format!("map: {e}"));
+        }
+    });
+    wait(b);
+    let out = read
+        .get_mapped_range(..)
+        .unwrap_or_else(|e| fail(format!("read: {e}")))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    read.unmap();
+    out
+}
+
+/// The first 128 rows of `t` (one fp8 tile band), for the spot check.
+fn head(t: &EncodedTensor) -> Option<EncodedTensor> {
+    let n = t.rows.min(128);
+    let spec = t.format.spec();
+    let wr = spec.weight_range(0, n, t.cols).ok()?;
+    let sr = spec.scale_range(0, n, t.rows, t.cols).ok()?;
+    EncodedTensor::from_parts(
+        t.format,
+        n,
+        t.cols,
+        t.weights[wr].to_vec(),
+        t.scales[sr].to_vec(),
+        Some(t.rotation_seed),
+    )
+    .ok()
+}
+
+struct Timing {
+    /// Median single-dispatch time from timestamps (None without timestamp queries).
+    stamped: Option<f64>,
+    /// Wall time of `reps` dispatches in one submission, divided by `reps`.
+    queued: f64,
+}
+
+/// Times `reps` dispatches of `s` over the rotating copies `ws`.
+fn time_gemv(
+    b: &WgpuBackend,
+    ws: &[GpuTensor],
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    s: usize,
+    rows: u32,
+    reps: usize,
+) -> Timing {
+    let run = |enc: &mut wgpu::CommandEncoder, k: usize, stamps: Option<(&wgpu::QuerySet, u32)>| {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("gemv"),
+            timestamp_writes: stamps.map(|(q, i)| wgpu::ComputePassTimestampWrites {
+                query_set: q,
+                beginning_of_pass_write_index: Some(i),
+                end_of_pass_write_index: Some(i + 1),
+            }),
+        });
+        if let Err(e) = b.encode_gemv(&mut pass, &ws[k % ws.len()], x, y, s, rows) {
+            fail(e);
+        }
+    };
+    // Warm-up: compiles the pipeline and touches every copy.
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    for k in 0..ws.len().max(3) {
+        run(&mut enc, k, None);
+    }
+    b.queue().submit([enc.finish()]);
+    wait(b);
+    // Queued: many dispatches, one submission.
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    for k in 0..reps {
+        run(&mut enc, k, None);
+    }
+    let t0 = Instant::now();
+    b.queue().submit([enc.finish()]);
+    wait(b);
+    let queued = t0.elapsed().as_secs_f64() / reps as f64;
+    let stamped = b.has_timestamps().then(|| {
+        let n = 2 * reps as u32;
+        let qs = b.device().create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("gemv"),
+            ty: wgpu::QueryType::Timestamp,
+            count: n,
+        });
+        let bytes = u64::from(n) * 8;
+        let resolve = b.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("stamps"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = b.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("stamps read"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut times = Vec::with_capacity(reps);
+        // One submission per dispatch, as the CUDA bench brackets single launches.
+        for k in 0..reps {
+            let mut enc = b.device().create_command_encoder(&Default::default());
+            run(&mut enc, k, Some((&qs, 2 * k as u32)));
+            b.queue().submit([enc.finish()]);
+        }
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        enc.resolve_query_set(&qs, 0..n, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+        b.queue().submit([enc.finish()]);
+        read.map_async(wgpu::MapMode::Read, .., |r| {
+            if let Err(e) = r {
+                fail(format!("map timestamps: {e}"));
+            }
+        });
+        wait(b);
+        let period = f64::from(b.queue().get_timestamp_period()) * 1e-9;
+        {
+            let view = read
+                .get_mapped_range(..)
+                .unwrap_or_else(|e| fail(format!("timestamps: {e}")));
+            let ticks: Vec<u64> = view
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect();
+            for k in 0..reps {
+                times.push(ticks[2 * k + 1].wrapping_sub(ticks[2 * k]) as f64 * period);
+            }
+        }
+        read.unmap();
+        median(times)
+    });
+    Timing { stamped, queued }
+}
+
+struct Row {
+    rows: usize,
+    cols: usize,
+    format: Format,
+    s: usize,
+    path: &'static str,
+    rows_wg: u32,
+    default: bool,
+    t: Timing,
+    bytes: u64,
+    check: f64,
+}
+
+impl Row {
+    fn secs(&self) -> f64 {
+        self.t.stamped.unwrap_or(self.t.queued)
+    }
+}
+
+fn main() {
+    let opts = parse_args().unwrap_or_else(|e| fail(e));
+    let base = Options::from_env();
+    let b = match WgpuBackend::with_options(&base) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("skipped: {e}");
+            return;
+        }
+    };
+    // The shared-memory reduction too, where the default uses subgroups.
+    let shm = if b.uses_subgroups() && opts.sweep {
+        WgpuBackend::with_options(&Options {
+            subgroups: Subgroups::Never,
+            ..base.clone()
+        })
+        .ok()
+    } else {
+        None
+    };
+    let (copy, copy_n) = copy_bandwidth(&b, opts.copy_bytes);
+    println!(
+        "adapter: {}; timestamps: {}; buffer-to-buffer copy {copy:.0} GB/s (2 x {} MiB / t)\n",
+        b.describe(),
+        b.has_timestamps(),
+        copy_n >> 20
+    );
+    let mut rng = Rng::new(0x5EED);
+    let mut out: Vec<Row> = Vec::new();
+    for &(rows, cols) in &opts.shapes {
+        let w = weights(&mut rng, rows, cols);
+        for &format in &opts.formats {
+            let t = encode(format, rows, cols, &w, &EncodeOptions::default())
+                .unwrap_or_else(|e| fail(e));
+            let mut variants: Vec<(&WgpuBackend, &'static str)> = vec![(
+                &b,
+                if b.uses_subgroups() {
+                    "subgroup"
+                } else {
+                    "shared-memory"
+                },
+            )];
+            if let Some(s) = &shm {
+                variants.push((s, "shared-memory"));
+            }
+            for (dev, path) in variants {
+                let first = dev.upload(&t.view()).unwrap_or_else(|e| fail(e));
+                let bytes = first.weight_bytes() + first.scale_bytes();
+                let copies = opts.rotate_bytes.div_ceil(bytes).max(2) as usize;
+                let mut ws = vec![first];
+                for _ in 1..copies {
+                    ws.push(dev.upload(&t.view()).unwrap_or_else(|e| fail(e)));
+                }
+                for &s in &opts.batches {
+                    let x = activations(&mut rng, s, cols);
+                    let prepared = dev
+                        .prepare_activations(&ws[0], &x, s)
+                        .unwrap_or_else(|e| fail(e));
+                    let xb = dev.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("x"),
+                        size: (prepared.len() * 4) as u64,
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    dev.queue()
+                        .write_buffer(&xb, 0, bytemuck::cast_slice(&prepared));
+                    let yb = dev.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("y"),
+                        size: (s * rows * 4) as u64,
+                        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    });
+                    let default_rows = rows_per_workgroup(s);
+                    let mut rows_list = vec![default_rows];
+                    if opts.sweep && std::ptr::eq(dev, &b) {
+                        rows_list.extend(
+                            [1u32, 2, 4]
+                                .into_iter()
+                                .filter(|&r| r != default_rows && r as usize * s <= 16),
+                        );
+                    }
+                    for rows_wg in rows_list {
+                        let timing = time_gemv(dev, &ws, &xb, &yb, s, rows_wg, opts.reps);
+                        // Spot check of this variant: the first 128 rows against the oracle.
+                        let check = head(&t).map_or(f64::NAN, |h| {
+                            let got = read_f32(dev, &yb);
+                            let r = reference_gemm(&h.view(), &x, s);
+                            let n = h.rows;
+                            let mut ys = Vec::with_capacity(s * n);
+                            for k in 0..s {
+                                ys.extend_from_slice(&got[k * rows..k * rows + n]);
+                            }
+                            worst_error(&ys, &r).error
+                        });
+                        let row = Row {
+                            rows,
+                            cols,
+                            format,
+                            s,
+                            path,
+                            rows_wg,
+                            default: std::ptr::eq(dev, &b) && rows_wg == default_rows,
+                            t: timing,
+                            bytes,
+                            check,
+                        };
+                        let gbps = bytes as f64 / row.secs() / 1e9;
+                        eprintln!(
+                            "[{rows} x {cols}] {format} S={s} {path} rows/wg={rows_wg}: {:.1} us ({}), {gbps:.0} GB/s ({:.0}% of copy), queued {:.1} us, {copies} copies, check {check:.1e}",
+                            row.secs() * 1e6,
+                            if row.t.stamped.is_some() {
+                                "timestamps"
+                            } else {
+                                "wall"
+                            },
+                            100.0 * gbps / copy,
+                            row.t.queued * 1e6,
+                        );
+                        out.push(row);
+                    }
+                }
+            }
+        }
+    }
+    let line = |r: &Row, extra: bool| {
+        let gbps = r.bytes as f64 / r.secs() / 1e9;
+        let mut s = format!(
+            "| {} | {}x{} | {} | {:.1} | {gbps:.1} | {:.1}% |",
+            r.format,
+            r.rows,
+            r.cols,
+            r.s,
+            r.secs() * 1e6,
+            100.0 * gbps / copy
+        );
+        if extra {
+            s.push_str(&format!(
+                " {} | {} | {:.1} | {:.1e} |",
+                r.path,
+                r.rows_wg,
+                r.t.queued * 1e6,
+                r.check
+            ));
+        }
+        s
+    };
+    println!("## wgpu GEMV, default kernels ({})\n", b.describe());
+    println!("| format | shape | S | us | GB/s (weight + scale bytes) | % of copy |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for r in out.iter().filter(|r| r.default) {
+        println!("{}", line(r, false));
+    }
+    println!("\n## every variant (reduction path, rows per workgroup)\n");
+    println!(
+        "| format | shape | S | us | GB/s | % of copy | reduction | rows/wg | us queued | max err (128 rows) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in &out {
+        println!("{}", line(r, true));
+    }
+    if let Ok(dir) = std::env::var("OUT") {
+        let mut j = format!(
+            "{{\n \"adapter\": {:?},\n \"timestamps\": {},\n \"copy_GBps\": {copy},\n \"rows\": [\n",
+            b.describe(),
+            b.has_timestamps()
+        );
+        for (k, r) in out.iter().enumerate() {
+            j.push_str(&format!(
+                "  {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"reduction\": \"{}\", \"rows_per_wg\": {}, \"default\": {}, \"us\": {}, \"us_queued\": {}, \"bytes\": {}, \"check\": {}}}{}\n",
+                r.format,
+                r.rows,
+                r.cols,
+                r.s,
+                r.path,
+                r.rows_wg,
+                r.default,
+                r.secs() * 1e6,
+                r.t.queued * 1e6,
+                r.bytes,
+                if r.check.is_finite() { r.check.to_string() } else { "null".into() },
+                if k + 1 < out.len() { "," } else { "" }
+            ));
+        }
+        j.push_str(" ]\n}\n");
+        let path = std::path::Path::new(&dir).join("bench_gemv_wgpu.json");
+        if let Err(e) = std::fs::write(&path, j) {
+            eprintln!("bench_gemv: writing {}: {e}", path.display());
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The format -> WGSL kernel table, shared by every tier that runs `shaders/wgsl/` (this
+//! crate's wgpu backend and kernels-rocm's raw-Vulkan backend): which file, entry point and
+//! override constants serve each registry format, the workgroup shape, the dispatch grid
+//! for (O, S), and the push-constant block. The contract is /work/briefs/shader-contract.md
+//! and docs/WGPU.md.
+//!
+//! This module never touches wgpu (it builds with `default-features = false`), so the two
+//! tiers read one table and one set of shader files and cannot drift apart.
+//!
+//! Every kernel has the same interface:
+//! - group 0: binding 0 `weights` (the container's weight bytes, read as u32 words; the
+//!   buffer is zero-padded to a multiple of [`BUFFER_ALIGN`] bytes), binding 1 `scales`
+//!   (the sidecar bytes, padded the same way; a [`BUFFER_ALIGN`]-byte zero dummy when the
+//!   format has none), binding 2 `x` ([S, x_stride] f32, zero past I, in the stored domain:
+//!   the host rotates it for rotated formats), binding 3 `y` ([S, O] f32, read-write);
+//! - immediates (push constants): [`Params`], 32 bytes;
+//! - workgroups of [`WORKGROUP_SIZE`] invocations, each owning `ROWS` consecutive rows
+//!   (an override, [`rows_per_workgroup`]) and computing all S outputs of those rows;
+//! - overrides `S` (the batch, 1..=16: one pipeline per S), `ROWS`, `MUTATE` (0; see
+//!   `Mutation` under the `mutation-test` feature) and the format's own constants below.
+
+use quant_core::{Format, QuantError};
+
+/// Invocations of one workgroup (every kernel).
+pub const WORKGROUP_SIZE: u32 = 128;
+/// Largest batch a kernel computes (the accumulators are sized for it).
+pub const MAX_S: usize = 16;
+/// Activation rows are padded to a multiple of this many floats: a multiple of every
+/// kernel's weights per work item (at most 256, one block), so no work item reads past the
+/// padded row.
+pub const X_STRIDE_ALIGN: usize = 256;
+/// Weight and scale buffers are zero-padded to a multiple of this many bytes, plus one
+/// more such unit, so kernels may read whole 16-byte vectors and the word after an
+/// unaligned read without leaving the buffer.
+pub const BUFFER_ALIGN: usize = 16;
+/// Workgroups along the grid's x dimension before it wraps into y (Vulkan and Metal
+/// guarantee 65535 per dimension).
+pub const GRID_X_MAX: u32 = 32768;
+
+/// The shared-memory variant and the subgroup variant of every kernel file, in order.
+/// A `.subgroup.wgsl` file needs subgroup arithmetic (wgpu `Features::SUBGROUP`, naga
+/// `Capabilities::SUBGROUP`); it carries no `enable subgroups;` directive because naga 30
+/// rejects it as not yet implemented.
+pub const SHADER_FILES: &[&str] = &[
+    "gemv_float.wgsl",
+    "gemv_float.subgroup.wgsl",
+    "gemv_int_row.wgsl",
+    "gemv_int_row.subgroup.wgsl",
+    "gemv_int_group.wgsl",
+    "gemv_int_group.subgroup.wgsl",
+    "gemv_int3.wgsl",
+    "gemv_int3.subgroup.wgsl",
+    "gemv_e8.wgsl",
+    "gemv_e8.subgroup.wgsl",
+    "gemv_fp8.wgsl",
+    "gemv_fp8.subgroup.wgsl",
+    "gemv_mxfp4.wgsl",
+    "gemv_mxfp4.subgroup.wgsl",
+    "gemv_affine256.wgsl",
+    "gemv_affine256.subgroup.wgsl",
+    "gemv_ggml_q.wgsl",
+    "gemv_ggml_q.subgroup.wgsl",
+    "gemv_ggml_k.wgsl",
+    "gemv_ggml_k.subgroup.wgsl",
+];
+
+/// The WGSL source of `file` (a name from [`SHADER_FILES`]), compiled into the crate.
+pub fn shader_source(file: &str) -> Option<&'static str> {
+    macro_rules! sources {
+        ($($name:literal),* $(,)?) => {
+            match file {
+                $($name => Some(include_str!(concat!("../../../shaders/wgsl/", $name))),)*
+                _ => None,
+            }
+        };
+    }
+    sources!(
+        "gemv_float.wgsl",
+        "gemv_float.subgroup.wgsl",
+        "gemv_int_row.wgsl",
+        "gemv_int_row.subgroup.wgsl",
+        "gemv_int_group.wgsl",
+        "gemv_int_group.subgroup.wgsl",
+        "gemv_int3.wgsl",
+        "gemv_int3.subgroup.wgsl",
+        "gemv_e8.wgsl",
+        "gemv_e8.subgroup.wgsl",
+        "gemv_fp8.wgsl",
+        "gemv_fp8.subgroup.wgsl",
+        "gemv_mxfp4.wgsl",
+        "gemv_mxfp4.subgroup.wgsl",
+        "gemv_affine256.wgsl",
+        "gemv_affine256.subgroup.wgsl",
+        "gemv_ggml_q.wgsl",
+        "gemv_ggml_q.subgroup.wgsl",
+        "gemv_ggml_k.wgsl",
+        "gemv_ggml_k.subgroup.wgsl",
+    )
+}
+
+/// Which kernel serves a format.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct KernelSpec {
+    /// The shared-memory-reduction file (runs everywhere).
+    pub file: &'static str,
+    /// The same kernel reducing with `subgroupAdd` (only where subgroups are offered).
+    pub subgroup_file: &'static str,
+    /// Entry point of both files.
+    pub entry: &'static str,
+    /// The format's override constants (name, value). `S`, `ROWS` and `MUTATE` are added
+    /// by [`KernelSpec::overrides`].
+    pub constants: &'static [(&'static str, f64)],
+}
+
+/// Rows one workgroup owns at batch `s`: 4 at S = 1 (four independent row streams per
+/// invocation keep enough loads in flight), 2 up to S = 4, 1 beyond (the S accumulators of
+/// every row live in registers).
+pub const fn rows_per_workgroup(s: usize) -> u32 {
+    if s <= 1 {
+        4
+    } else if s <= 4 {
+        2
+    } else {
+        1
+    }
+}
+
+impl KernelSpec {
+    /// The file to compile: the subgroup variant where the device offers subgroup
+    /// arithmetic, the shared-memory one otherwise.
+    pub fn file_for(&self, subgroups: bool) -> &'static str {
+        if subgroups {
+            self.subgroup_file
+        } else {
+            self.file
+        }
+    }
+
+    /// Every override constant of the pipeline for batch `s` with `rows` rows a workgroup
+    /// (normally [`rows_per_workgroup`]`(s)`) and mutation `mutate` (0 = none).
+    pub fn overrides(&self, s: usize, rows: u32, mutate: u32) -> Vec<(&'static str, f64)> {
+        let mut v = self.constants.to_vec();
+        v.push(("S", s as f64));
+        v.push(("ROWS", f64::from(rows)));
+        v.push(("MUTATE", f64::from(mutate)));
+        v
+    }
+
+    /// The dispatch grid for O rows with `rows` rows a workgroup: workgroup w (=
+    /// x + y * grid_x) owns rows [w * rows, (w + 1) * rows); workgroups past O do nothing.
+    pub fn dispatch(&self, o: usize, rows: u32) -> Result<[u32; 3], QuantError> {
+        let n = o.div_ceil(rows.max(1) as usize);
+        let n = u32::try_from(n).map_err(|_| QuantError::SizeOverflow {
+            format: Format::F32,
+            rows: o,
+            cols: 0,
+        })?;
+        let x = n.clamp(1, GRID_X_MAX);
+        Ok([x, n.div_ceil(x).max(1), 1])
+    }
+}
+
+/// The immediates (push constants) of every kernel, as WGSL's `struct Params`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct Params {
+    /// O: rows of the weight matrix.
+    pub o: u32,
+    /// I: logical weights a row.
+    pub i: u32,
+    /// S: activation rows (equal to the pipeline's `S` override).
+    pub s: u32,
+    /// Floats from one activation row to the next ([`x_stride`]).
+    pub x_stride: u32,
+    /// Stored bytes of one weight row (the registry's `row_bytes`).
+    pub row_bytes: u32,
+    /// Stored sidecar scales of one row (per-group formats: ceil(I / group)) or of one
+    /// 128-row band (fp8 tiles: ceil(I / 128)); the registry's `scale_count(1, I)`.
+    pub sc_row: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
+    /// Reserved, zero.
+    pub reserved1: u32,
+}
+
+impl Params {
+    /// The immediates for an [O, I] tensor of `format` at batch `s`, from the registry.
+    pub fn new(format: Format, rows: usize, cols: usize, s: usize) -> Result<Params, QuantError> {
+        let spec = format.spec();
+        spec.check_shape(rows, cols)?;
+        let too_big = || QuantError::SizeOverflow { format, rows, cols };
+        let u = |v: u64| u32::try_from(v).map_err(|_| too_big());
+        let row_bytes = spec.row_bytes(cols)?;
+        // The kernels index weights in u32 words and bytes in u32: the whole buffer must fit.
+        let total = spec.weight_bytes(rows, cols)?;
+        u(total
+            .checked_add(2 * BUFFER_ALIGN as u64)
+            .ok_or_else(too_big)?)?;
+        let stride = x_stride(cols).ok_or_else(too_big)?;
+        u((stride as u64)
+            .checked_mul(s as u64)
+            .ok_or_else(too_big)?
+            .checked_mul(4)
+            .ok_or_else(too_big)?)?;
+        Ok(Params {
+            o: u(rows as u64)?,
+            i: u(cols as u64)?,
+            s: u(s as u64)?,
+            x_stride: u(stride as u64)?,
+            row_bytes: u(row_bytes)?,
+            sc_row: u(spec.scale_count(1, cols)?)?,
+            reserved0: 0,
+            reserved1: 0,
+        })
+    }
+
+    /// The 32 bytes as the shaders read them (little-endian u32s).
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        let words = [
+            self.o,
+            self.i,
+            self.s,
+            self.x_stride,
+            self.row_bytes,
+            self.sc_row,
+            self.reserved0,
+            self.reserved1,
+        ];
+        for (dst, w) in b.chunks_exact_mut(4).zip(words) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+}
+
+/// Floats from one activation row to the next for I = `cols`: I rounded up to
+/// [`X_STRIDE_ALIGN`].
+pub fn x_stride(cols: usize) -> Option<usize> {
+    cols.checked_next_multiple_of(X_STRIDE_ALIGN)
+}
+
+/// Bytes a storage buffer holding `len` bytes is given: `len` rounded up to
+/// [`BUFFER_ALIGN`] plus one more unit (never 0).
+pub fn padded_len(len: usize) -> Option<usize> {
+    len.checked_next_multiple_of(BUFFER_ALIGN)?
+        .checked_add(BUFFER_ALIGN)
+}
+
+const fn k(
+    file: &'static str,
+    subgroup_file: &'static str,
+    constants: &'static [(&'static str, f64)],
+) -> KernelSpec {
+    KernelSpec {
+        file,
+        subgroup_file,
+        entry: "main",
+        constants,
+    }
+}
+
+const FLOAT: (&str, &str) = ("gemv_float.wgsl", "gemv_float.subgroup.wgsl");
+const INT_ROW: (&str, &str) = ("gemv_int_row.wgsl", "gemv_int_row.subgroup.wgsl");
+const INT_GROUP: (&str, &str) = ("gemv_int_group.wgsl", "gemv_int_group.subgroup.wgsl");
+const INT3: (&str, &str) = ("gemv_int3.wgsl", "gemv_int3.subgroup.wgsl");
+const E8: (&str, &str) = ("gemv_e8.wgsl", "gemv_e8.subgroup.wgsl");
+const FP8: (&str, &str) = ("gemv_fp8.wgsl", "gemv_fp8.subgroup.wgsl");
+const MXFP4: (&str, &str) = ("gemv_mxfp4.wgsl", "gemv_mxfp4.subgroup.wgsl");
+const AFFINE: (&str, &str) = ("gemv_affine256.wgsl", "gemv_affine256.subgroup.wgsl");
+const GGML_Q: (&str, &str) = ("gemv_ggml_q.wgsl", "gemv_ggml_q.subgroup.wgsl");
+const GGML_K: (&str, &str) = ("gemv_ggml_k.wgsl", "gemv_ggml_k.subgroup.wgsl");
+
+/// The kernel of every registry format. `None` would mean "no WGSL kernel" (the backend's
+/// capability table then has no row for it); today every format has one.
+pub fn kernel_for(format: Format) -> Option<KernelSpec> {
+    let spec = |(f, sg): (&'static str, &'static str), c: &'static [(&'static str, f64)]| {
+        Some(k(f, sg, c))
+    };
+    match format {
+        // gemv_float: KIND 0 = f32, 1 = f16, 2 = bf16.
+        Format::F32 => spec(FLOAT, &[("KIND", 0.0)]),
+        Format::F16 => spec(FLOAT, &[("KIND", 1.0)]),
+        Format::Bf16 => spec(FLOAT, &[("KIND", 2.0)]),
+        // gemv_int_row: BITS 8 / 4 / 2, one f32 scale per row.
+        Format::Int8Row => spec(INT_ROW, &[("BITS", 8.0)]),
+        Format::Int4Row => spec(INT_ROW, &[("BITS", 4.0)]),
+        Format::Int2Row => spec(INT_ROW, &[("BITS", 2.0)]),
+        // gemv_int_group: GS, one f32 scale per GS weights.
+        Format::Int4G16 => spec(INT_GROUP, &[("GS", 16.0)]),
+        Format::Int4G32 => spec(INT_GROUP, &[("GS", 32.0)]),
+        Format::Int4G48 => spec(INT_GROUP, &[("GS", 48.0)]),
+        Format::Int4G64 => spec(INT_GROUP, &[("GS", 64.0)]),
+        Format::Int4G96 => spec(INT_GROUP, &[("GS", 96.0)]),
+        Format::Int4G128 => spec(INT_GROUP, &[("GS", 128.0)]),
+        Format::Int4G192 => spec(INT_GROUP, &[("GS", 192.0)]),
+        Format::Int4G256 => spec(INT_GROUP, &[("GS", 256.0)]),
+        Format::Int3G64 => spec(INT3, &[]),
+        Format::E8Lattice => spec(E8, &[]),
+        // gemv_fp8: UE8M0 0 = f32 tile scales, 1 = UE8M0 bytes.
+        Format::Fp8E4m3B128 => spec(FP8, &[("UE8M0", 0.0)]),
+        Format::Fp8E4m3B128Ue8m0 => spec(FP8, &[("UE8M0", 1.0)]),
+        // gemv_affine256: HDR 0 = f32 scale/zero (hfq4, mq4), 1 = two fp16 pairs (v2),
+        // 2 = one fp16 pair + pad (mq4c). Rotation is the host's.
+        Format::Hfq4G256 | Format::Mq4G256 => spec(AFFINE, &[("HDR", 0.0)]),
+        Format::Mq4G256V2 => spec(AFFINE, &[("HDR", 1.0)]),
+        Format::Mq4cG256 => spec(AFFINE, &[("HDR", 2.0)]),
+        Format::Mxfp4 => spec(MXFP4, &[]),
+        // gemv_ggml_q: 32-weight GGML blocks, KIND per block type.
+        Format::Q8_0 => spec(GGML_Q, &[("KIND", 0.0)]),
+        Format::Q4_0 => spec(GGML_Q, &[("KIND", 1.0)]),
+        Format::Q4_1 => spec(GGML_Q, &[("KIND", 2.0)]),
+        Format::Q5_0 => spec(GGML_Q, &[("KIND", 3.0)]),
+        Format::Q5_1 => spec(GGML_Q, &[("KIND", 4.0)]),
+        Format::Iq4Nl => spec(GGML_Q, &[("KIND", 5.0)]),
+        Format::GgufMxfp4 => spec(GGML_Q, &[("KIND", 6.0)]),
+        // gemv_ggml_k: 256-weight GGML super-blocks, KIND per block type; mq4-k is q4_k's
+        // block over rotated weights.
+        Format::Q2K => spec(GGML_K, &[("KIND", 0.0)]),
+        Format::Q3K => spec(GGML_K, &[("KIND", 1.0)]),
+        Format::Q4K | Format::Mq4K => spec(GGML_K, &[("KIND", 2.0)]),
+        Format::Q5K => spec(GGML_K, &[("KIND", 3.0)]),
+        Format::Q6K => spec(GGML_K, &[("KIND", 4.0)]),
+        Format::Iq4Xs => spec(GGML_K, &[("KIND", 5.0)]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_has_a_kernel_whose_files_exist() {
+        for f in Format::all() {
+            let k = kernel_for(f).unwrap_or_else(|| panic!("{f}: no kernel"));
+            for file in [k.file, k.subgroup_file] {
+                assert!(SHADER_FILES.contains(&file), "{f}: {file} not listed");
+                assert!(shader_source(file).is_some(), "{f}: {file} not embedded");
+            }
+        }
+        for file in SHADER_FILES {
+            assert!(shader_source(file).is_some(), "{file}");
+        }
+        assert_eq!(shader_source("nope.wgsl"), None);
+    }
+
+    #[test]
+    fn params_come_from_the_registry() {
+        let p = Params::new(Format::Int4G64, 3, 100, 2).unwrap();
+        assert_eq!((p.o, p.i, p.s, p.x_stride), (3, 100, 2, 256));
+        assert_eq!((p.row_bytes, p.sc_row), (50, 2));
+        let f = Params::new(Format::Fp8E4m3B128, 300, 300, 1).unwrap();
+        assert_eq!(f.sc_row, 3, "tiles per 128-row band");
+        assert_eq!(&p.to_bytes()[..8], &[3, 0, 0, 0, 100, 0, 0, 0]);
+        assert!(Params::new(Format::Mq4G256V2, 1, 300, 1).is_err());
+        assert!(Params::new(Format::F32, 1 << 20, 1 << 20, 1).is_err());
+    }
+
+    #[test]
+    fn dispatch_covers_every_row_once() {
+        let k = kernel_for(Format::Int8Row).unwrap();
+        for o in [1usize, 3, 4, 5, 6144, 152_064, 1 << 20] {
+            for rows in [1u32, 2, 4] {
+                let [x, y, z] = k.dispatch(o, rows).unwrap();
+                assert_eq!(z, 1);
+                assert!(x <= GRID_X_MAX && y <= 65535);
+                let covered = x as usize * y as usize * rows as usize;
+                assert!(covered >= o, "o={o} rows={rows}");
+                // At most one partially used row of workgroups.
+                assert!(covered - o < x as usize * rows as usize + rows as usize);
+            }
+        }
+        assert_eq!(padded_len(0), Some(16));
+        assert_eq!(padded_len(17), Some(48));
+        assert_eq!(x_stride(257), Some(512));
+    }
+}

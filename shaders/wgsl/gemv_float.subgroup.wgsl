@@ -1,0 +1,333 @@
+// tessera WGSL GEMV, family float: f32 (KIND 0), f16 (KIND 1), bf16 (KIND 2).
+// y[s, o] = sum_i w[o, i] * x[s, i], weights little-endian, row-major, no scales
+// (crates/quant-core/src/codecs/float.rs). binary16 is decoded exactly by bit arithmetic,
+// bfloat16 by a shift. Each invocation takes 16-byte chunks c = lid, lid + 128, ... of the
+// ROWS rows.
+
+// ---- prelude: interface and helpers (identical in every gemv_*.wgsl) ----------------------
+
+struct Params {
+    o: u32,
+    i: u32,
+    s: u32,
+    x_stride: u32,
+    row_bytes: u32,
+    sc_row: u32,
+    reserved0: u32,
+    reserved1: u32,
+}
+
+// The container's weight bytes, zero-padded (kernels.rs `padded_len`).
+@group(0) @binding(0) var<storage, read> wq: array<vec4<u32>>;
+// The sidecar scale bytes, zero-padded (a 16-byte dummy for formats without a sidecar).
+@group(0) @binding(1) var<storage, read> sc: array<u32>;
+// Activations [S, x_stride], zero past I, in the stored (rotated) domain.
+@group(0) @binding(2) var<storage, read> xv: array<vec4<f32>>;
+// Outputs [S, O].
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+var<immediate> p: Params;
+
+// Batch (one pipeline per S), rows a workgroup owns, and the deliberate defect of the
+// mutation tests (0 = none, 1 = swap nibbles, 2 = group off by one, 3 = scales 1% high).
+override S: u32 = 1u;
+override ROWS: u32 = 1u;
+override MUTATE: u32 = 0u;
+
+const WG: u32 = 128u;
+
+// acc[r * S + s]: the row partials of this invocation (ROWS * S <= 16); t and u collect
+// one scale group's sum of q * x and sum of x before it is folded into acc.
+var<private> acc: array<f32, 16>;
+var<private> t: array<f32, 16>;
+var<private> u: array<f32, 16>;
+
+fn word(k: u32) -> u32 {
+    return wq[k >> 2u][k & 3u];
+}
+
+// The 4 bytes at byte offset b, any alignment, little-endian.
+fn bytes4(b: u32) -> u32 {
+    let k = b >> 2u;
+    let sh = (b & 3u) * 8u;
+    let lo = word(k);
+    if (sh == 0u) {
+        return lo;
+    }
+    return (lo >> sh) | (word(k + 1u) << (32u - sh));
+}
+
+// The byte at byte offset b.
+fn byte_at(b: u32) -> u32 {
+    return (word(b >> 2u) >> ((b & 3u) * 8u)) & 255u;
+}
+
+// Keeps the bytes of word v (at byte offset b) that lie before byte `end`.
+fn keep_before(v: u32, b: u32, end: u32) -> u32 {
+    if (b + 4u <= end) {
+        return v;
+    }
+    if (b >= end) {
+        return 0u;
+    }
+    return v & ((1u << (8u * (end - b))) - 1u);
+}
+
+// The 16 bytes at byte offset b (any alignment); bytes at or past `end` read as zero, so a
+// row's partial last chunk never sees the next row.
+fn load16(b: u32, end: u32) -> vec4<u32> {
+    if ((b & 15u) == 0u && b + 16u <= end) {
+        return wq[b >> 4u];
+    }
+    return vec4<u32>(
+        keep_before(bytes4(b), b, end),
+        keep_before(bytes4(b + 4u), b + 4u, end),
+        keep_before(bytes4(b + 8u), b + 8u, end),
+        keep_before(bytes4(b + 12u), b + 12u, end),
+    );
+}
+
+// Activation s at columns i .. i + 3 (i a multiple of 4).
+fn x4(s: u32, i: u32) -> vec4<f32> {
+    return xv[(s * p.x_stride + i) >> 2u];
+}
+
+// Small unsigned integers (< 2^23) to f32 without a conversion instruction:
+// the bits of 2^23 + v, minus 2^23.
+fn u2f(v: vec4<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0);
+}
+
+// The 8 nibbles of w, low nibble first (weights 8k .. 8k + 7 of a low-nibble-first byte
+// stream), as two vectors of unsigned codes; MUTATE 1 swaps the nibbles of every byte.
+fn nibbles_lo(w: u32) -> vec4<u32> {
+    if (MUTATE == 1u) {
+        return (vec4<u32>(w >> 4u, w, w >> 12u, w >> 8u)) & vec4<u32>(15u);
+    }
+    return (vec4<u32>(w, w >> 4u, w >> 8u, w >> 12u)) & vec4<u32>(15u);
+}
+
+fn nibbles_hi(w: u32) -> vec4<u32> {
+    return nibbles_lo(w >> 16u);
+}
+
+// The 4 low nibbles (weights j .. j + 3 of a GGML half-block) or high nibbles
+// (j + 16 ..) of the 4 bytes of w; MUTATE 1 swaps which is which.
+fn ggml_nib(w: u32, high: bool) -> vec4<u32> {
+    let sh = select(0u, 4u, high != (MUTATE == 1u));
+    return (vec4<u32>(w, w >> 8u, w >> 16u, w >> 24u) >> vec4<u32>(sh)) & vec4<u32>(15u);
+}
+
+// The 4 bytes of w as unsigned values.
+fn bytes_of(w: u32) -> vec4<u32> {
+    return vec4<u32>(w, w >> 8u, w >> 16u, w >> 24u) & vec4<u32>(255u);
+}
+
+// A scale as the kernel uses it (MUTATE 3: 1% high).
+fn scaled(d: f32) -> f32 {
+    if (MUTATE == 3u) {
+        return d * 1.01;
+    }
+    return d;
+}
+
+// Group g of n (MUTATE 2: the next one, wrapping).
+fn group(g: u32, n: u32) -> u32 {
+    if (MUTATE == 2u) {
+        return select(0u, g + 1u, g + 1u < n);
+    }
+    return g;
+}
+
+// IEEE binary16 -> f32, exact, by bit arithmetic (unpack2x16float needs a capability
+// some adapters lack, and may flush binary16 subnormals).
+fn f16v(h: vec4<u32>) -> vec4<f32> {
+    let sign = (h & vec4<u32>(0x8000u)) << vec4<u32>(16u);
+    let e = (h >> vec4<u32>(10u)) & vec4<u32>(31u);
+    let m = h & vec4<u32>(0x3FFu);
+    let normal = bitcast<vec4<f32>>(sign | ((e + vec4<u32>(112u)) << vec4<u32>(23u)) | (m << vec4<u32>(13u)));
+    let special = bitcast<vec4<f32>>(sign | vec4<u32>(0x7F800000u) | (m << vec4<u32>(13u)));
+    // Subnormal: m * 2^-24 with the sign (exact in f32).
+    let sub = bitcast<vec4<f32>>(bitcast<vec4<u32>>(u2f(m) * 5.9604644775390625e-8) | sign);
+    return select(select(normal, special, e == vec4<u32>(31u)), sub, e == vec4<u32>(0u));
+}
+
+fn f16_lo(w: u32) -> f32 {
+    return f16v(vec4<u32>(w & 0xFFFFu, 0u, 0u, 0u)).x;
+}
+
+fn f16_hi(w: u32) -> f32 {
+    return f16v(vec4<u32>(w >> 16u, 0u, 0u, 0u)).x;
+}
+
+// Both halves of w as f32 (low half first).
+fn f16x2(w: u32) -> vec2<f32> {
+    return f16v(vec4<u32>(w & 0xFFFFu, w >> 16u, 0u, 0u)).xy;
+}
+
+// f32 sidecar scale k.
+fn scale_f32(k: u32) -> f32 {
+    return bitcast<f32>(sc[k]);
+}
+
+// Byte k of the sidecar.
+fn scale_byte(k: u32) -> u32 {
+    return (sc[k >> 2u] >> ((k & 3u) * 8u)) & 255u;
+}
+
+// UE8M0 byte -> 2^(e - 127); 0xFF is NaN, 0 the subnormal 2^-127.
+fn ue8m0(e: u32) -> f32 {
+    if (e == 255u) {
+        return bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
+    }
+    if (e == 0u) {
+        return bitcast<f32>(0x00400000u);
+    }
+    return bitcast<f32>(e << 23u);
+}
+
+// t[s] += q . x[s, i .. i + 3].
+fn tdot(i: u32, q: vec4<f32>) {
+    for (var s = 0u; s < S; s++) {
+        t[s] += dot(q, x4(s, i));
+    }
+}
+
+// t[s] += q . x[s, i ..], u[s] += sum of x[s, i ..] (affine formats' zero term).
+fn tdot_sum(i: u32, q: vec4<f32>) {
+    for (var s = 0u; s < S; s++) {
+        let xx = x4(s, i);
+        t[s] += dot(q, xx);
+        u[s] += dot(xx, vec4<f32>(1.0));
+    }
+}
+
+// acc[r, s] += d * t[s]; t = 0.
+fn fold(r: u32, d: f32) {
+    for (var s = 0u; s < S; s++) {
+        acc[r * S + s] += d * t[s];
+        t[s] = 0.0;
+    }
+}
+
+// acc[r, s] += d * t[s] + z * u[s]; t = u = 0.
+fn fold_affine(r: u32, d: f32, z: f32) {
+    for (var s = 0u; s < S; s++) {
+        acc[r * S + s] += d * t[s] + z * u[s];
+        t[s] = 0.0;
+        u[s] = 0.0;
+    }
+}
+
+// acc[r, s] = NaN for every s (a NaN weight poisons its whole row, as in the oracle).
+fn poison(r: u32) {
+    for (var s = 0u; s < S; s++) {
+        acc[r * S + s] = bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
+    }
+}
+
+// E4M3-FN bytes (the 4 bytes of w) -> f32, exact; the NaN codes (0x7F, 0xFF) decode as
+// 480 and are flagged by the caller.
+fn e4m3v(w: u32) -> vec4<f32> {
+    let b = bytes_of(w);
+    let e = (b >> vec4<u32>(3u)) & vec4<u32>(15u);
+    let m = b & vec4<u32>(7u);
+    let normal = bitcast<vec4<f32>>(((e + vec4<u32>(120u)) << vec4<u32>(23u)) | (m << vec4<u32>(20u)));
+    // Subnormal: m * 2^-9 (exact).
+    let mag = select(normal, u2f(m) * 0.001953125, e == vec4<u32>(0u));
+    return select(mag, -mag, (b & vec4<u32>(128u)) != vec4<u32>(0u));
+}
+
+// E2M1 codes (4 nibble values) -> f32, exact: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+fn e2m1v(n: vec4<u32>) -> vec4<f32> {
+    let e = (n >> vec4<u32>(1u)) & vec4<u32>(3u);
+    let m = n & vec4<u32>(1u);
+    let normal = bitcast<vec4<f32>>(((e + vec4<u32>(126u)) << vec4<u32>(23u)) | (m << vec4<u32>(22u)));
+    let mag = select(normal, u2f(m) * 0.5, e == vec4<u32>(0u));
+    return select(mag, -mag, (n & vec4<u32>(8u)) != vec4<u32>(0u));
+}
+
+// ---- family: gemv_float ----
+override KIND: u32 = 0u;
+
+fn float_chunk(i0: u32, v: vec4<u32>) {
+    if (KIND == 0u) {
+        tdot(i0, bitcast<vec4<f32>>(v));
+    } else if (KIND == 1u) {
+        tdot(i0, vec4<f32>(f16x2(v.x), f16x2(v.y)));
+        tdot(i0 + 4u, vec4<f32>(f16x2(v.z), f16x2(v.w)));
+    } else {
+        let lo = vec4<u32>(v.x << 16u, v.x & 0xFFFF0000u, v.y << 16u, v.y & 0xFFFF0000u);
+        let hi = vec4<u32>(v.z << 16u, v.z & 0xFFFF0000u, v.w << 16u, v.w & 0xFFFF0000u);
+        tdot(i0, bitcast<vec4<f32>>(lo));
+        tdot(i0 + 4u, bitcast<vec4<f32>>(hi));
+    }
+}
+
+fn partial(row0: u32, lid: u32) {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    let wpc = select(8u, 4u, KIND == 0u);
+    for (var c = lid; c < nch; c += WG) {
+        var v: array<vec4<u32>, 4>;
+        for (var r = 0u; r < ROWS; r++) {
+            let base = (row0 + r) * rb;
+            if (row0 + r < p.o) {
+                v[r] = load16(base + 16u * c, base + rb);
+            }
+        }
+        for (var r = 0u; r < ROWS; r++) {
+            if (row0 + r < p.o) {
+                float_chunk(c * wpc, v[r]);
+                fold(r, 1.0);
+            }
+        }
+    }
+}
+
+// ---- tail: entry point and reduction across the workgroup (subgroup variant) --------------
+// Needs subgroup arithmetic (wgpu Features::SUBGROUP) and at most 32 subgroups a workgroup
+// (a subgroup size of at least 4). The plain `.wgsl` file is this one with the
+// shared-memory tail instead (crates/kernels-metal/tests/shaders.rs checks it).
+
+// 16 partials of each of up to 32 subgroups.
+var<workgroup> red: array<f32, 512>;
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_invocation_id) sgi: u32,
+    @builtin(subgroup_id) sgid: u32,
+    @builtin(num_subgroups) nsg: u32,
+) {
+    let row0 = (wid.x + wid.y * nwg.x) * ROWS;
+    // Uniform across the workgroup: a workgroup past O does nothing.
+    if (row0 >= p.o) {
+        return;
+    }
+    for (var k = 0u; k < 16u; k++) {
+        acc[k] = 0.0;
+        t[k] = 0.0;
+        u[k] = 0.0;
+    }
+    partial(row0, lid);
+    let n = ROWS * S;
+    for (var k = 0u; k < n; k++) {
+        let v = subgroupAdd(acc[k]);
+        if (sgi == 0u) {
+            red[k * 32u + sgid] = v;
+        }
+    }
+    workgroupBarrier();
+    if (lid < n) {
+        var v = 0.0;
+        for (var m = 0u; m < nsg; m++) {
+            v += red[lid * 32u + m];
+        }
+        let row = row0 + lid / S;
+        if (row < p.o) {
+            y[(lid % S) * p.o + row] = v;
+        }
+    }
+}
