@@ -6,7 +6,8 @@
 #   bash .device/wgpu/run.sh bench   bench_gemv (copy ceiling, S = 1 and 16, variants)
 #   bash .device/wgpu/run.sh all     both (each step has its own time limit; ~9 min at most)
 # Everything lands under $OUT/wgpu (default ./out/wgpu): env.txt (driver discovery),
-# *.log, bench_gemv.md, bench_gemv_wgpu.json and summary.txt (one line per step). The
+# *.log, bench_gemv.md, bench_gemv_wgpu.json, record.json (xtask's perf record of the
+# default kernels) and summary.txt (one line per step). The
 # script never stops at a failing step: every step is logged and summarised.
 set -u
 stage="${1:-all}"
@@ -66,7 +67,7 @@ fi
 if [ "$stage" = bench ] || [ "$stage" = all ]; then
   echo "== bench"
   start=$(date +%s)
-  OUT="$LOG" timeout 240 $dev/bench_gemv > "$LOG/bench_gemv.md" 2> "$LOG/bench_gemv.log"
+  OUT="$LOG" timeout 240 $dev/bench_gemv --record "$LOG/record.json" > "$LOG/bench_gemv.md" 2> "$LOG/bench_gemv.log"
   summary "bench_gemv rc=$? ($(( $(date +%s) - start )) s)"
   cat "$LOG/bench_gemv.md"
 fi

@@ -7,18 +7,28 @@
 //! their ratio. GEMV times are medians of single dispatches bracketed by timestamp queries
 //! where the adapter offers them (`Features::TIMESTAMP_QUERY`), otherwise wall time of many
 //! dispatches in one submission divided by their count ("queued"), which is also printed
-//! beside the timestamps. The copy is timed by wall clock over 10 copies of up to 1 GiB in
-//! one submission. Weight copies rotate through at least 512 MB so the next dispatch's
+//! beside the timestamps. The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
 //! weights are never in the L2.
 //!
 //! Usage: bench_gemv [--quick] [--no-sweep] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--rotate-mb 512] [--copy-mb 1024]
+//!                   [--record FILE]
 //! Adapter: TESSERA_WGPU_ADAPTER=<name substring>. Prints markdown tables on stdout (the
 //! default kernel per format and S; then every rows-per-workgroup and reduction variant);
-//! with $OUT set also writes $OUT/bench_gemv_wgpu.json. Without an adapter it prints
+//! with $OUT set also writes $OUT/bench_gemv_wgpu.json; with `--record FILE` it writes the
+//! default kernels' figures as xtask's perf record (`{"backend", "device", "date",
+//! "command", "ceiling": {"name", "gbps"}, "series": [{"label", "kind", "s", "points":
+//! [{"shape", "us", "gbps"}]}]}`, one series per format and S). Without an adapter it prints
 //! "skipped: ..." and exits 0.
+//!
+//! The copy ceiling: buffers of up to 1 GiB are copied both ways 3 times first (every page
+//! resident), then timed with timestamps only around the copies: 10 `copy_buffer_to_buffer`
+//! between two encoder timestamps (where TIMESTAMP_QUERY_INSIDE_ENCODERS is offered), and
+//! single dispatches of a vec4 copy shader bracketed by pass timestamps; the ceiling is the
+//! faster of the two, 2n / t (read + write). Ticks are scaled by the queue's
+//! timestampPeriod, which is printed. A wall-clock buffer copy is printed beside it.
 
-use kernels_metal::kernels::rows_per_workgroup;
+use kernels_metal::kernels::kernel_for;
 use kernels_metal::{GpuTensor, Options, Subgroups, WgpuBackend};
 use quant_core::oracle::{reference_gemm, worst_error};
 use quant_core::testdata::{Rng, activations, weights};
@@ -44,6 +54,8 @@ struct Opts {
     rotate_bytes: u64,
     /// Bytes of the timed copy (default 1 GiB, capped by the device's buffer limit).
     copy_bytes: u64,
+    /// Where to write the perf record (xtask's schema), if anywhere.
+    record: Option<String>,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -55,6 +67,7 @@ fn parse_args() -> Result<Opts, String> {
         shapes: SHAPES.to_vec(),
         rotate_bytes: 512 << 20,
         copy_bytes: 1 << 30,
+        record: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -70,6 +83,7 @@ fn parse_args() -> Result<Opts, String> {
                 let v = value()?;
                 o.copy_bytes = (v.parse::<u64>().map_err(|e| format!("{v}: {e}"))? << 20).max(4);
             }
+            "--record" => o.record = Some(value()?),
             "--formats" => {
                 o.formats = quant_core::conformance::parse_formats(&value()?)?;
             }
@@ -113,36 +127,242 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Copy bandwidth, 2n / t, over 10 copies of n bytes in one submission (median of 5).
-fn copy_bandwidth(b: &WgpuBackend, bytes: u64) -> (f64, u64) {
+/// A copy through a compute shader: each invocation moves 4 vec4s a round, grid-strided.
+const COPY_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<u32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
+    let total = arrayLength(&dst);
+    let stride = n.x * 256u;
+    var k = g.x;
+    while (k < total) {
+        for (var j = 0u; j < 4u; j++) {
+            if (k < total) {
+                dst[k] = src[k];
+            }
+            k += stride;
+        }
+    }
+}
+";
+
+/// The copy ceiling, measured through wgpu in this process (read + write bytes, as
+/// CUDA's D2D figure and anchor_gpu.py count them).
+struct Ceiling {
+    /// Bytes each copy moves one way.
+    n: u64,
+    /// copy_buffer_to_buffer timed by encoder timestamps around 10 copies (None where the
+    /// adapter lacks TIMESTAMP_QUERY_INSIDE_ENCODERS).
+    buffer_stamped: Option<f64>,
+    /// copy_buffer_to_buffer, wall time of 20 copies in one submission.
+    buffer_wall: f64,
+    /// The copy shader, median of single dispatches timed by pass timestamps (None without
+    /// timestamps).
+    shader_stamped: Option<f64>,
+    /// Nanoseconds a timestamp tick (the queue's timestampPeriod).
+    period_ns: f32,
+}
+
+impl Ceiling {
+    /// The ceiling in GB/s: the best timestamped copy (buffer copy or copy shader), or the
+    /// wall-clock buffer copy where no timestamps exist.
+    fn gbps(&self) -> f64 {
+        let stamped = [self.buffer_stamped, self.shader_stamped]
+            .into_iter()
+            .flatten()
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        stamped.unwrap_or(self.buffer_wall)
+    }
+
+    fn describe(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}"));
+        format!(
+            "copy ceiling {:.0} GB/s = max(timestamped buffer copy {}, timestamped copy shader {}) \
+             GB/s, 2 x {} MiB (read + write) / t; wall-clock buffer copy {:.0} GB/s; \
+             timestampPeriod {} ns",
+            self.gbps(),
+            f(self.buffer_stamped),
+            f(self.shader_stamped),
+            self.n >> 20,
+            self.buffer_wall,
+            self.period_ns
+        )
+    }
+}
+
+/// Resolves `count` timestamps of `qs` and returns the ticks.
+fn read_ticks(b: &WgpuBackend, qs: &wgpu::QuerySet, count: u32) -> Vec<u64> {
+    let bytes = u64::from(count) * 8;
+    let resolve = b.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("stamps"),
+        size: bytes,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let read = b.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("stamps read"),
+        size: bytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    enc.resolve_query_set(qs, 0..count, &resolve, 0);
+    enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+    b.queue().submit([enc.finish()]);
+    read.map_async(wgpu::MapMode::Read, .., |r| {
+        if let Err(e) = r {
+            fail(format!("map timestamps: {e}"));
+        }
+    });
+    wait(b);
+    let ticks = read
+        .get_mapped_range(..)
+        .unwrap_or_else(|e| fail(format!("timestamps: {e}")))
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect();
+    read.unmap();
+    ticks
+}
+
+/// Measures the copy ceiling with buffers of up to `bytes` (capped by the device's buffer
+/// and binding limits): warm-up copies first (every page touched and resident), then
+/// timestamped buffer copies, the copy shader, and a wall-clock run.
+fn copy_ceiling(b: &WgpuBackend, bytes: u64) -> Ceiling {
     let limits = b.device().limits();
-    let n = bytes.min(limits.max_buffer_size) / 4 * 4;
-    let mk = |usage| {
+    let n = bytes
+        .min(limits.max_buffer_size)
+        .min(limits.max_storage_buffer_binding_size)
+        / 16
+        * 16;
+    let mk = |label| {
         b.device().create_buffer(&wgpu::BufferDescriptor {
-            label: Some("copy"),
+            label: Some(label),
             size: n,
-            usage,
+            usage: wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         })
     };
-    let src = mk(wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST);
-    let dst = mk(wgpu::BufferUsages::COPY_DST);
-    let mut times = Vec::new();
-    for rep in 0..6 {
+    let src = mk("copy src");
+    let dst = mk("copy dst");
+    let period = b.queue().get_timestamp_period();
+    let secs = |ticks: u64| ticks as f64 * f64::from(period) * 1e-9;
+    // Warm-up: both directions, so both buffers are written and resident.
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    for _ in 0..3 {
+        enc.copy_buffer_to_buffer(&src, 0, &dst, 0, n);
+        enc.copy_buffer_to_buffer(&dst, 0, &src, 0, n);
+    }
+    b.queue().submit([enc.finish()]);
+    wait(b);
+    let enc_stamps = b.has_timestamps()
+        && b.device()
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+    let buffer_stamped = enc_stamps.then(|| {
+        let reps = 5u32;
+        let qs = b.device().create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("copy"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2 * reps,
+        });
         let mut enc = b.device().create_command_encoder(&Default::default());
-        for _ in 0..10 {
-            enc.copy_buffer_to_buffer(&src, 0, &dst, 0, n);
+        for r in 0..reps {
+            enc.write_timestamp(&qs, 2 * r);
+            for _ in 0..10 {
+                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, n);
+            }
+            enc.write_timestamp(&qs, 2 * r + 1);
         }
-        wait(b);
-        let t0 = Instant::now();
         b.queue().submit([enc.finish()]);
         wait(b);
-        // The first run pays for first-touch allocation.
-        if rep > 0 {
-            times.push(t0.elapsed().as_secs_f64() / 10.0);
-        }
+        let ticks = read_ticks(b, &qs, 2 * reps);
+        let times = (0..reps as usize)
+            .map(|r| secs(ticks[2 * r + 1].wrapping_sub(ticks[2 * r])) / 10.0)
+            .collect();
+        2.0 * n as f64 / median(times) / 1e9
+    });
+    let mut enc = b.device().create_command_encoder(&Default::default());
+    for _ in 0..20 {
+        enc.copy_buffer_to_buffer(&src, 0, &dst, 0, n);
     }
-    (2.0 * n as f64 / median(times) / 1e9, n)
+    let t0 = Instant::now();
+    b.queue().submit([enc.finish()]);
+    wait(b);
+    let buffer_wall = 2.0 * n as f64 / (t0.elapsed().as_secs_f64() / 20.0) / 1e9;
+    let shader_stamped = b.has_timestamps().then(|| {
+        let module = b
+            .device()
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("copy"),
+                source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
+            });
+        let pipeline = b
+            .device()
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("copy"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        let bg = b.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("copy"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: src.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: dst.as_entire_binding(),
+                },
+            ],
+        });
+        let vecs = n / 16;
+        let groups = vecs.div_ceil(4 * 256);
+        let gx = groups.clamp(1, 65535) as u32;
+        let reps = 12u32;
+        let qs = b.device().create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("copy shader"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2 * reps,
+        });
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        for r in 0..reps {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("copy"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &qs,
+                    beginning_of_pass_write_index: Some(2 * r),
+                    end_of_pass_write_index: Some(2 * r + 1),
+                }),
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(gx, 1, 1);
+        }
+        b.queue().submit([enc.finish()]);
+        wait(b);
+        let ticks = read_ticks(b, &qs, 2 * reps);
+        // The first two dispatches pay for pipeline warm-up.
+        let times = (2..reps as usize)
+            .map(|r| secs(ticks[2 * r + 1].wrapping_sub(ticks[2 * r])))
+            .collect();
+        2.0 * n as f64 / median(times) / 1e9
+    });
+    Ceiling {
+        n,
+        buffer_stamped,
+        buffer_wall,
+        shader_stamped,
+        period_ns: period,
+    }
 }
 
 /// The contents of `buf` (f32), read back.
@@ -330,12 +550,13 @@ fn main() {
     } else {
         None
     };
-    let (copy, copy_n) = copy_bandwidth(&b, opts.copy_bytes);
+    let ceiling = copy_ceiling(&b, opts.copy_bytes);
+    let copy = ceiling.gbps();
     println!(
-        "adapter: {}; timestamps: {}; buffer-to-buffer copy {copy:.0} GB/s (2 x {} MiB / t)\n",
+        "adapter: {}; timestamps: {}; {}\n",
         b.describe(),
         b.has_timestamps(),
-        copy_n >> 20
+        ceiling.describe()
     );
     let mut rng = Rng::new(0x5EED);
     let mut out: Vec<Row> = Vec::new();
@@ -382,13 +603,15 @@ fn main() {
                         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
                         mapped_at_creation: false,
                     });
-                    let default_rows = rows_per_workgroup(s);
+                    let spec =
+                        kernel_for(format).unwrap_or_else(|| fail(format!("{format}: no kernel")));
+                    let default_rows = spec.rows(s);
                     let mut rows_list = vec![default_rows];
                     if opts.sweep && std::ptr::eq(dev, &b) {
                         rows_list.extend(
-                            [1u32, 2, 4]
+                            [1u32, 2, 4, 8]
                                 .into_iter()
-                                .filter(|&r| r != default_rows && r as usize * s <= 16),
+                                .filter(|&r| r != default_rows && spec.admits(s, r)),
                         );
                     }
                     for rows_wg in rows_list {
@@ -499,4 +722,62 @@ fn main() {
             eprintln!("bench_gemv: writing {}: {e}", path.display());
         }
     }
+    if let Some(path) = &opts.record {
+        let mut series = String::new();
+        for r in out.iter().filter(|r| r.default) {
+            if !series.is_empty() {
+                series.push_str(",\n");
+            }
+            series.push_str(&format!(
+                "  {{\"label\": \"{}\", \"kind\": \"ours\", \"s\": {}, \"points\": [{{\"shape\": \"{}x{}\", \"us\": {}, \"gbps\": {}}}]}}",
+                r.format,
+                r.s,
+                r.rows,
+                r.cols,
+                r.secs() * 1e6,
+                r.bytes as f64 / r.secs() / 1e9
+            ));
+        }
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let adapter = std::env::var("TESSERA_WGPU_ADAPTER").unwrap_or_default();
+        let command = format!(
+            "TESSERA_WGPU_ADAPTER={adapter} cargo run -p kernels-metal --release --example bench_gemv -- {}",
+            args.join(" ")
+        );
+        let j = format!(
+            "{{\n \"backend\": \"wgpu\",\n \"device\": {:?},\n \"date\": \"{}\",\n \"command\": {:?},\n \"ceiling\": {{\"name\": {:?}, \"gbps\": {}}},\n \"series\": [\n{series}\n ]\n}}\n",
+            b.describe(),
+            utc_now(),
+            command,
+            "wgpu copy (max of timestamped copy_buffer_to_buffer and vec4 copy shader), 2 x bytes (read + write) / t",
+            copy
+        );
+        if let Err(e) = std::fs::write(path, j) {
+            fail(format!("writing {path}: {e}"));
+        }
+    }
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (days to civil date: Howard Hinnant's
+/// algorithm), so the bench needs no date crate.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

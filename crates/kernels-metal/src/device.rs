@@ -299,6 +299,8 @@ impl WgpuBackend {
         }
         if timestamps {
             required_features |= wgpu::Features::TIMESTAMP_QUERY;
+            // Lets the bench bracket buffer copies (outside passes) with timestamps.
+            required_features |= features & wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tessera"),
@@ -525,10 +527,10 @@ impl WgpuBackend {
         s: usize,
         rows: u32,
     ) -> Result<wgpu::ComputePipeline, BackendError> {
-        if !(1..=kernels::MAX_S).contains(&s) || !(1..=4).contains(&rows) || rows as usize * s > 16
-        {
+        if !spec.admits(s, rows) {
             return Err(device_err(format!(
-                "no kernel variant for S={s} with {rows} rows a workgroup (S <= 16, rows <= 4, S*rows <= 16)"
+                "no kernel variant of {} for S={s} with {rows} rows a workgroup (KernelSpec::admits)",
+                spec.file
             )));
         }
         let file = spec.file_for(self.subgroups);
@@ -606,7 +608,7 @@ impl WgpuBackend {
 
     /// Records one GEMV dispatch of `w` into `pass` (pipeline, bindings, immediates), reading
     /// `x` (prepared, [`Self::prepare_activations`]) and writing `y` ([s, O] f32). `rows`:
-    /// rows a workgroup (`kernels::rows_per_workgroup(s)` unless tuning).
+    /// rows a workgroup (`KernelSpec::rows(s)` unless tuning).
     pub fn encode_gemv(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
@@ -697,8 +699,8 @@ impl WgpuBackend {
                 label: Some("tessera gemv"),
                 timestamp_writes: None,
             });
-            let encoded =
-                self.encode_gemv(&mut pass, w, &xb, &yb, s, kernels::rows_per_workgroup(s));
+            let rows = kernels::kernel_for(w.format).map_or(1, |k| k.rows(s));
+            let encoded = self.encode_gemv(&mut pass, w, &xb, &yb, s, rows);
             if let Err(e) = encoded {
                 drop(pass);
                 self.give(Kind::Input, xb);

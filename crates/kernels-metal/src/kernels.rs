@@ -112,7 +112,7 @@ pub struct KernelSpec {
     pub constants: &'static [(&'static str, f64)],
 }
 
-/// Rows one workgroup owns at batch `s`: 4 at S = 1 (four independent row streams per
+/// Rows one workgroup of the not yet measured families owns at batch `s`: 4 at S = 1 (four independent row streams per
 /// invocation keep enough loads in flight), 2 up to S = 4, 1 beyond (the S accumulators of
 /// every row live in registers).
 pub const fn rows_per_workgroup(s: usize) -> u32 {
@@ -125,7 +125,41 @@ pub const fn rows_per_workgroup(s: usize) -> u32 {
     }
 }
 
+/// Files whose default rows a workgroup come from the H200 measurements of the five target
+/// formats (docs/WGPU.md): one row a workgroup was faster at S = 1 for every one of them.
+const MEASURED_FILES: [&str; 4] = [
+    "gemv_int_row.wgsl",
+    "gemv_int_group.wgsl",
+    "gemv_fp8.wgsl",
+    "gemv_affine256.wgsl",
+];
+/// Most rows a workgroup owns (the kernels' per-row arrays hold 4).
+pub const MAX_ROWS: u32 = 4;
+/// Most accumulators (ROWS * S) of one invocation.
+pub const MAX_ROWS_TIMES_S: usize = 16;
+
 impl KernelSpec {
+    /// Whether `rows` rows a workgroup at batch `s` is a variant the kernels admit:
+    /// 1 <= rows <= [`MAX_ROWS`] and `rows * s <= `[`MAX_ROWS_TIMES_S`], 1 <= s <= [`MAX_S`].
+    pub fn admits(&self, s: usize, rows: u32) -> bool {
+        (1..=MAX_S).contains(&s)
+            && (1..=MAX_ROWS).contains(&rows)
+            && (rows as usize)
+                .checked_mul(s)
+                .is_some_and(|v| v <= MAX_ROWS_TIMES_S)
+    }
+
+    /// The default rows a workgroup at batch `s`: 1 for the families measured on the H200
+    /// (int_row, int_group, fp8, affine256; docs/WGPU.md), [`rows_per_workgroup`] for the
+    /// others (not yet measured).
+    pub fn rows(&self, s: usize) -> u32 {
+        if MEASURED_FILES.contains(&self.file) {
+            1
+        } else {
+            rows_per_workgroup(s)
+        }
+    }
+
     /// The file to compile: the subgroup variant where the device offers subgroup
     /// arithmetic, the shared-memory one otherwise.
     pub fn file_for(&self, subgroups: bool) -> &'static str {

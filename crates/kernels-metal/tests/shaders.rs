@@ -3,7 +3,7 @@
 //! pipeline of the table specialises (overrides processed) for S = 1..=16, and the two
 //! variants of a family differ only in their tail, with one prelude shared by all files
 //! (docs/WGPU.md, /work/briefs/shader-contract.md).
-use kernels_metal::kernels::{SHADER_FILES, kernel_for, rows_per_workgroup, shader_source};
+use kernels_metal::kernels::{SHADER_FILES, kernel_for, shader_source};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use quant_core::Format;
 
@@ -99,15 +99,23 @@ fn every_pipeline_of_the_table_specialises() {
                 .validate(&module)
                 .unwrap();
             for s in 1..=16 {
-                for mutate in 0..=3 {
+                // The default variant with every mutation, and every admitted row count.
+                let variants = (0..=3).map(|m| (k.rows(s), m)).chain(
+                    [1u32, 2, 4, 8]
+                        .into_iter()
+                        .filter(|&r| k.admits(s, r))
+                        .map(|r| (r, 0)),
+                );
+                for (rows, mutate) in variants {
+                    assert!(k.admits(s, rows), "{f}: default rows {rows} at S={s}");
                     let mut constants = naga::back::PipelineConstants::default();
-                    for (n, v) in k.overrides(s, rows_per_workgroup(s), mutate) {
+                    for (n, v) in k.overrides(s, rows, mutate) {
                         constants.insert(n.to_string(), v);
                     }
                     if let Err(e) = naga::back::pipeline_constants::process_overrides(
                         &module, &info, None, &constants,
                     ) {
-                        panic!("{f} {file} S={s} MUTATE={mutate}: {e}");
+                        panic!("{f} {file} S={s} ROWS={rows} MUTATE={mutate}: {e}");
                     }
                 }
             }
