@@ -1,40 +1,81 @@
 #!/usr/bin/env bash
 # The CUDA tier's device run (copied to .device/run.sh by device-bundle.sh). From the
 # repository root on the GPU machine:
-#   bash .device/run.sh test    conformance suite, then the three mutation runs
-#   bash .device/run.sh bench   bench_gemv, then the torch anchors (same machine, same call)
-#   bash .device/run.sh all     both (may approach a 10-minute call limit)
-# Everything lands under $OUT (default ./out): logs, summary, bench table and JSON.
+#   bash .device/run.sh test     conformance suite (GEMV, GEMM, MoE), then the three mutation
+#                                runs on the GEMV, the GEMM and the MoE GEMV (each must fail)
+#   bash .device/run.sh bench    bench_gemv (with $TUNINGS), bench_gemm, then the torch anchors
+#   bash .device/run.sh matrix   `xtask test-matrix --backend cuda` (docs/BACKENDS.md column)
+#   bash .device/run.sh all      test, bench, matrix (mind the 10-minute call limit)
+# Several stages may be given: `bash .device/run.sh test bench`. Every step has its own
+# time limit, so one hang cannot eat the call. Everything lands in $OUT/results.tgz
+# (default ./out): the device tool returns at most 8 files, so the logs travel as one.
 set -u
-stage="${1:-all}"
 mkdir -p "${OUT:-out}"
 OUT="$(cd "${OUT:-out}" && pwd)"
 cd "$(dirname "$0")/.."
+stages="${*:-all}"
+has() { [[ " $stages " == *" $1 "* || " $stages " == *" all "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
-if [ "$stage" = test ] || [ "$stage" = all ]; then
+date -u +%Y-%m-%dT%H:%MZ >> "$OUT/gpu.txt"
+if has test; then
   echo "== conformance (must pass)"
   start=$(date +%s)
-  .device/gemv_vs_oracle --test-threads=1 --nocapture > "$OUT/gemv_vs_oracle.log" 2>&1
+  timeout 240 .device/gemv_vs_oracle --test-threads=1 --nocapture > "$OUT/gemv_vs_oracle.log" 2>&1
   echo "gemv_vs_oracle rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
-  grep -E "worst error|NVRTC|test result|FAILED|panicked" "$OUT/gemv_vs_oracle.log" | head -40
-  echo "== mutations (each must FAIL)"
+  grep -E "worst error|NVRTC|test result|FAILED|panicked|^test " "$OUT/gemv_vs_oracle.log" | head -80
+  echo "== mutations (each must FAIL, on the GEMV, the GEMM and the MoE GEMV)"
   for m in swap-nibbles group-off-by-one scale-1pct; do
+    log="$OUT/mutate_$m.log"
     TESSERA_CUDA_MUTATE=$m TESSERA_FORMATS=int4-g64,fp8-e4m3-b128,mq4-g256-v2,mxfp4 \
-      .device/gemv_vs_oracle --test-threads=1 --nocapture every_format_matches_the_oracle > "$OUT/mutate_$m.log" 2>&1
+      timeout 150 .device/gemv_vs_oracle --test-threads=1 --nocapture --exact \
+      every_format_matches_the_oracle gemm_matches_the_oracle moe_gemv_matches_the_oracle_per_pair > "$log" 2>&1
     rc=$?
-    if grep -q "skipped:" "$OUT/mutate_$m.log"; then verdict="skipped (no GPU)"
-    elif [ $rc -ne 0 ]; then verdict="caught (the run failed, as it must)"; else verdict="NOT CAUGHT"; fi
-    echo "mutation $m rc=$rc: $verdict" | tee -a "$OUT/summary.txt"
+    for t in every_format_matches_the_oracle gemm_matches_the_oracle moe_gemv_matches_the_oracle_per_pair; do
+      # libtest lists the failed tests, indented, after "failures:" (with --nocapture the
+      # per-test "... FAILED" may land after the test's own output).
+      if grep -q "skipped:" "$log"; then verdict="skipped (no GPU)"
+      elif ! grep -q "^test result:" "$log"; then verdict="no verdict (rc=$rc, see the log)"
+      elif sed -n '/^failures:$/,/^test result:/p' "$log" | grep -qx "    $t"; then verdict="caught (the test failed, as it must)"
+      else verdict="NOT CAUGHT"; fi
+      echo "mutation $m $t: $verdict" | tee -a "$OUT/summary.txt"
+    done
   done
 fi
-if [ "$stage" = bench ] || [ "$stage" = all ]; then
-  echo "== bench"
+if has bench; then
+  echo "== bench_gemv"
   start=$(date +%s)
-  OUT="$OUT" .device/bench_gemv > "$OUT/bench_gemv.md" 2> "$OUT/bench_gemv.log"
+  OUT="$OUT" timeout 240 .device/bench_gemv --tunings "${TUNINGS:-default}" ${GEMV_ARGS:-} > "$OUT/bench_gemv.md" 2> "$OUT/bench_gemv.log"
   echo "bench_gemv rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
   cat "$OUT/bench_gemv.md"
+  echo "== bench_gemm"
+  start=$(date +%s)
+  OUT="$OUT" timeout 180 .device/bench_gemm ${GEMM_ARGS:-} > "$OUT/bench_gemm.md" 2> "$OUT/bench_gemm.log"
+  echo "bench_gemm rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+  cat "$OUT/bench_gemm.md"
   echo "== torch anchors"
-  OUT="$OUT" python3 .device/anchor_gpu.py > "$OUT/anchor_gpu.log" 2>&1
+  OUT="$OUT" timeout 120 python3 .device/anchor_gpu.py > "$OUT/anchor_gpu.log" 2>&1
   echo "anchor_gpu rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/anchor_gpu.log"
+  OUT="$OUT" timeout 90 python3 .device/anchor_gemm.py "${GEMM_BATCHES:-512}" > "$OUT/anchor_gemm.log" 2>&1
+  echo "anchor_gemm rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/anchor_gemm.log"
 fi
+if has matrix; then
+  if [ -x .device/xtask ]; then
+    echo "== test matrix (cuda column)"
+    start=$(date +%s)
+    # xtask writes docs/BACKENDS.md in this copy of the tree; keep it under $OUT.
+    timeout 240 .device/xtask test-matrix --backend cuda --json "$OUT/test_matrix.json" > "$OUT/test_matrix.log" 2>&1
+    echo "test-matrix rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+    # (xtask writes its compile-time checkout path; fall back to this copy)
+    cp /work/main/docs/BACKENDS.md "$OUT/BACKENDS.md" 2>/dev/null || cp docs/BACKENDS.md "$OUT/BACKENDS.md"
+    tail -20 "$OUT/test_matrix.log"
+  else
+    echo "test-matrix: no .device/xtask in the bundle" | tee -a "$OUT/summary.txt"
+  fi
+fi
+cat "$OUT/summary.txt" 2>/dev/null
+# One archive: the device tool returns at most 8 files.
+tmp="$(mktemp -d)"
+tar czf "$tmp/results.tgz" -C "$OUT" . && find "$OUT" -type f -delete && mv "$tmp/results.tgz" "$OUT/"
+ls -la "$OUT"

@@ -1,9 +1,12 @@
-// tessera CUDA tier: GEMV y[S, O] = x[S, I] . W^T for every registry format, S = 1..16.
+// tessera CUDA tier: y[S, O] = x[S, I] . W^T. GEMV for every registry format at S = 1..16
+// (CUDA cores, and tensor cores where a format's codes are exact in f16), GEMM for S >= 17
+// on the tensor cores (TS_GEMM, below the GEMV), and the MoE grouped GEMV (TS_MOE).
 //
-// Compiled by NVRTC at run time (crates/kernels-cuda/src/compile.rs), one module per format and S:
+// Compiled by NVRTC at run time (crates/kernels-cuda/src/compile.rs), one module per build.
+// The CUDA-core GEMV build:
 //   -DTS_FMT=<format id below> [-DTS_GS=<group size>] [-DTS_MUTATE_...]
 //   -DTS_S=<S>
-// The module exports gemv_s<S> (gemv_s1 .. gemv_s16), all with the same parameters:
+// exports gemv_s<S> (gemv_s1 .. gemv_s16), all with the same parameters:
 //   (const u8* w, const u8* sc, const float* x, float* y,
 //    long long row_bytes, int O, int I, int x_stride, int sc_row)
 // - w, sc: the container's own weight and sidecar-scale bytes, exactly as stored;
@@ -13,7 +16,7 @@
 // - row_bytes: the registry's bytes of one stored row; sc_row: stored scales of one row
 //   (grouped formats) or of one 128-row tile band (fp8).
 //
-// Shape of every kernel: one warp owns R consecutive rows (R from S, see rows_per_warp),
+// Shape of the CUDA-core kernel: one warp owns R consecutive rows (R from S, see rows_per_warp),
 // its lanes stride over the rows' bytes with the widest aligned loads the row allows, keep
 // R*S partial sums in registers (the weights are read once for all S activations), fold
 // group / tile / block scales into the partial sum once per group, then a butterfly
@@ -808,6 +811,24 @@ TS_DEV void ld_stream(const u8* p, u32 (&v)[NW]) {
 #endif
 }
 
+// One lane's chunk of a row (CBT bytes = NW words). The 136-byte affine blocks start on
+// 8-byte boundaries only, so their 16-byte chunks load as two 8-byte halves.
+template <int FMT, int NW>
+TS_DEV void ld_chunk(const u8* p, u32 (&v)[NW]) {
+    if constexpr (FMT == TS_FMT_HFQ4 || FMT == TS_FMT_MQ4_V2 || FMT == TS_FMT_MQ4C) {
+        static_assert(NW == 4, "the affine chunk is 16 bytes");
+        u32 a[2], b[2];
+        ld_stream<2>(p, a);
+        ld_stream<2>(p + 8, b);
+        v[0] = a[0];
+        v[1] = a[1];
+        v[2] = b[0];
+        v[3] = b[1];
+    } else {
+        ld_stream<NW>(p, v);
+    }
+}
+
 // Activation halves (16-byte aligned, L1-cached: every row tile reads them).
 template <int NW>
 TS_DEV void ld_x(const u8* p, u32 (&v)[NW]) {
@@ -821,14 +842,34 @@ TS_DEV void ld_x(const u8* p, u32 (&v)[NW]) {
     }
 }
 
-// Warps of a tensor-core block (layout.rs MMA_WARPS): they split one 16-row tile's k-blocks.
+// Warps of a tensor-core GEMV block (device.rs passes the backend's `Tuning::mma_warps`,
+// default layout.rs MMA_WARPS): they split one 16-row tile's k-blocks.
+#ifndef TS_MMA_WARPS
 #define TS_MMA_WARPS 8
+#endif
+
+// Pipeline depth of the tensor-core GEMV: stages (64 bytes a lane each) a warp keeps in
+// flight (-DTS_MMA_DEPTH). Measured on the H200 (docs/CUDA.md, 2026-11-30): a deeper ring
+// costs registers, hence resident blocks, and lost 10-50% at S = 1; 2 with 3 blocks an SM
+// (TS_MMA_MIN_BLOCKS) was fastest.
+template <int S>
+struct MmaDepth {
+#ifdef TS_MMA_DEPTH
+    enum { D = TS_MMA_DEPTH };
+#else
+    enum { D = 2 };
+#endif
+};
+
+// Columns of one segment of the activation sums (layout.rs MMA_SUM_SEGMENT): a k-block of
+// the 4-bit affine formats, whose zero term is zero * (sum of x over the k-block).
+#define TS_SUM_SEG 128
 
 struct MArgs {
     const u8* w;
     const u8* sc;
     const u8* xh;     // [2S, xs] f16: row 2s = x_hi of activation s, row 2s + 1 = x_lo
-    const float* xa;  // [S] 1/p, then [S, xs / 64] sums of x * p over 64-column segments
+    const float* xa;  // [S] 1/p, then [S, xs / TS_SUM_SEG] sums of x * p over segments
     i64 rb;
     int O;
     int xs;
@@ -888,13 +929,14 @@ TS_DEV void mma_decode(u32 w, u32 (&p)[MmaFmt<FMT>::PW]) {
 }
 
 // B fragment of MMA j of word wi from the lane's activation words xw (its chunk's columns).
+// For the nibble formats the host stores each 8 columns as 0, 4, 1, 5, 2, 6, 3, 7
+// (layout.rs `split_activations`), the pairs `mma_decode` makes of a word, so each half of
+// the fragment is one word as loaded.
 template <int FMT, int NXW>
 TS_DEV void mma_b(const u32 (&xw)[NXW], int wi, int j, u32 (&b)[2]) {
     if constexpr (MmaFmt<FMT>::NIBBLES) {
-        // Columns c..c+7 are halves in xw[4wi .. 4wi+3]; pair (c+j', c+4+j') per k slot.
-        const u32 lo = xw[4 * wi + j], hi = xw[4 * wi + 2 + j];
-        b[0] = prmt(lo, hi, 0x5410u);
-        b[1] = prmt(lo, hi, 0x7632u);
+        b[0] = xw[4 * wi + 2 * j];
+        b[1] = xw[4 * wi + 2 * j + 1];
     } else {
         (void)j;
         b[0] = xw[2 * wi];
@@ -912,8 +954,8 @@ struct MmaShape {
 template <int FMT, int CBT>
 TS_DEV i64 mma_chunk_off(i64 kb, int t) {
     if constexpr (MmaFmt<FMT>::AFFINE) {
-        static_assert(CBT == 8, "a 136-byte block is 4 k-blocks of 32 payload bytes");
-        return (kb >> 2) * 136 + 8 + (kb & 3) * 32 + 8 * t;
+        static_assert(CBT == 16, "a 136-byte block is 2 k-blocks of 64 payload bytes");
+        return (kb >> 1) * 136 + 8 + (kb & 1) * 64 + 16 * t;
     } else {
         return kb * (4 * CBT) + CBT * t;
     }
@@ -926,7 +968,7 @@ TS_DEV i64 mma_col0(i64 kb, int t) {
 template <int FMT, int CBT>
 TS_DEV i64 mma_kblocks(const MArgs& a) {
     if constexpr (MmaFmt<FMT>::AFFINE) {
-        return (a.rb / 136) * 4;
+        return (a.rb / 136) * 2;
     } else {
         return a.rb / (4 * CBT);
     }
@@ -954,20 +996,41 @@ TS_DEV void mma_scale_raw(const MArgs& a, int r0, int row, i64 kb, u32 (&sr)[Mma
             sr[0] = a.sc[k];
         }
     } else if constexpr (MmaFmt<FMT>::AFFINE) {
-        const int nb = (int)(a.rb / 136), b = (int)(kb >> 2);
+        const int nb = (int)(a.rb / 136), b = (int)(kb >> 1);
         (void)nb;  // read by TS_GROUP only under a mutation
         const U2 hdr = *reinterpret_cast<const U2*>(a.w + (i64)row * a.rb + (i64)TS_GROUP(b, nb) * 136);
         if constexpr (FMT == TS_FMT_HFQ4) {
             sr[0] = hdr.x;
             sr[1] = hdr.y;
         } else {
-            // mq4-v2: k-blocks 0, 1 of a block hold its weights 0-127 (first pair);
-            // mq4c: one pair.
-            sr[0] = (FMT == TS_FMT_MQ4_V2 && (kb & 3) >= 2) ? hdr.y : hdr.x;
+            // mq4-v2: k-block 0 of a block holds its weights 0-127 (first pair), k-block 1
+            // weights 128-255 (second); mq4c: one pair.
+            sr[0] = (FMT == TS_FMT_MQ4_V2 && (kb & 1)) ? hdr.y : hdr.x;
         }
     } else {
         (void)r0;
         (void)col_kb;
+    }
+}
+
+// The k-block's scale d and zero z (affine formats; 0 otherwise) from its raw words.
+template <int FMT>
+TS_DEV void mma_scale_decode(const u32 (&r)[MmaFmt<FMT>::NR], float& d, float& z) {
+    z = 0.0f;
+    if constexpr (FMT == TS_FMT_INT4_G || FMT == TS_FMT_FP8_F32) {
+        d = TS_SCALE(as_f(r[0]));
+    } else if constexpr (FMT == TS_FMT_FP8_UE8M0) {
+        d = TS_SCALE(ue8m0(r[0]));
+    } else if constexpr (FMT == TS_FMT_HFQ4) {
+        d = TS_SCALE(as_f(r[0]));
+        z = as_f(r[MmaFmt<FMT>::NR - 1]);
+    } else if constexpr (FMT == TS_FMT_MQ4_V2 || FMT == TS_FMT_MQ4C) {
+        d = TS_SCALE(f16_to_f32(r[0] & 0xFFFFu));
+        z = f16_to_f32(r[0] >> 16);
+    } else {
+        // Row-scaled formats fold nothing per k-block.
+        (void)r;
+        d = 1.0f;
     }
 }
 
@@ -1001,8 +1064,6 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     const i64 nkb = mma_kblocks<FMT, CBT>(a);
     const i64 stride = (i64)nwarps * U;
 
-    u32 wv[U][L][2][NW];
-    u32 sr[U][L][2][F::NR];
     auto load = [&](i64 kb0, u32 (&w)[U][L][2][NW], u32 (&r)[U][L][2][F::NR]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -1014,7 +1075,7 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                 for (int h = 0; h < 2; ++h) {
                     const int row = r0 + g + 8 * h;
                     if (kb < nkb && row < a.O) {
-                        ld_stream<NW>(a.w + (i64)row * a.rb + mma_chunk_off<FMT, CBT>(kb, t), w[u][l][h]);
+                        ld_chunk<FMT, NW>(a.w + (i64)row * a.rb + mma_chunk_off<FMT, CBT>(kb, t), w[u][l][h]);
                     } else {
 #pragma unroll
                         for (int k = 0; k < NW; ++k) w[u][l][h][k] = 0;
@@ -1108,28 +1169,15 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
 #pragma unroll
                 for (int l = 0; l < L; ++l) {
                     const int lane = lane0 + l, t = lane & 3;
-                    float d[2], z[2] = {0.0f, 0.0f};
+                    float d[2], z[2];
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        if constexpr (FMT == TS_FMT_INT4_G || FMT == TS_FMT_FP8_F32) {
-                            d[h] = TS_SCALE(as_f(r[u][l][h][0]));
-                        } else if constexpr (FMT == TS_FMT_FP8_UE8M0) {
-                            d[h] = TS_SCALE(ue8m0(r[u][l][h][0]));
-                        } else if constexpr (FMT == TS_FMT_HFQ4) {
-                            d[h] = TS_SCALE(as_f(r[u][l][h][0]));
-                            z[h] = as_f(r[u][l][h][F::NR - 1]);
-                        } else {
-                            const u32 pr = r[u][l][h][0];
-                            d[h] = TS_SCALE(f16_to_f32(pr & 0xFFFFu));
-                            z[h] = f16_to_f32(pr >> 16);
-                        }
-                    }
+                    for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(r[u][l][h], d[h], z[h]);
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
                         const int s = 4 * nt + t;
                         float xsum = 0.0f;
                         if constexpr (F::AFFINE) {
-                            if (s < S) xsum = a.xa[S + (i64)s * (a.xs / 64) + col_kb / 64];
+                            if (s < S) xsum = a.xa[S + (i64)s * (a.xs / TS_SUM_SEG) + col_kb / TS_SUM_SEG];
                         }
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
@@ -1142,31 +1190,22 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
         }
     };
 
-    i64 kb0 = warp;
-    if (kb0 >= nkb) return;
-    load(kb0, wv, sr);
-    for (;;) {
-        const i64 next = kb0 + stride;
-        if (next < nkb) {
-            u32 wn[U][L][2][NW];
-            u32 sn[U][L][2][F::NR];
-            load(next, wn, sn);
-            compute(kb0, wv, sr);
+    // A ring of D stages: while stage d is decoded and multiplied, the next D - 1 are in
+    // flight, and its registers are refilled (D stages ahead) as soon as it is consumed.
+    // Loads past the row's last k-block are skipped (the load guards each k-block).
+    enum { D = MmaDepth<S>::D };
+    if (warp >= nkb) return;
+    u32 wv[D][U][L][2][NW];
+    u32 sr[D][U][L][2][F::NR];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+    for (int d = 0; d < D; ++d) load(warp + d * stride, wv[d], sr[d]);
+    for (i64 kb0 = warp; kb0 < nkb; kb0 += D * stride) {
 #pragma unroll
-                for (int l = 0; l < L; ++l)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                        for (int k = 0; k < NW; ++k) wv[u][l][h][k] = wn[u][l][h][k];
-#pragma unroll
-                        for (int k = 0; k < F::NR; ++k) sr[u][l][h][k] = sn[u][l][h][k];
-                    }
-            kb0 = next;
-        } else {
-            compute(kb0, wv, sr);
-            break;
+        for (int d = 0; d < D; ++d) {
+            const i64 k = kb0 + d * stride;
+            if (k >= nkb) break;  // uniform across the warp
+            compute(k, wv[d], sr[d]);
+            if (k + D * stride < nkb) load(k + D * stride, wv[d], sr[d]);
         }
     }
 }
@@ -1192,13 +1231,289 @@ TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaSh
     }
 }
 
+// ---- GEMM (S >= 17) on the tensor cores ------------------------------------------------
+//
+// The same exact f16 weight decoding and the same k-block indexing as the tensor-core GEMV,
+// arranged for large S. The activation is split into P f16 parts per row (layout.rs
+// `gemm_activations`): P = 2 is x p = hi + lo (about 22 bits, the 1e-4 path), P = 1 is hi
+// alone (11 bits: every product w x is off by at most 2^-11 of itself, the declared
+// `GemmPrecision::F16` bound). B column n = P s + part.
+//
+// A block of TS_GEMM_WARPS warps owns 32 rows per warp (two m16 tiles) and 8 TS_GEMM_NT B
+// columns. Each warp loads its own rows' bytes straight from global memory into registers,
+// one stage ahead (no shared memory for weights, as in the GEMV), and multiplies them with
+// all of the block's B columns, so every weight byte is read once per block. The activation
+// parts of a stage are staged in shared memory by cp.async, TS_GEMM_STAGES deep, and read
+// by all warps.
+//
+// A stage is 16 bytes of each of a lane's 4 rows: U = 16 / CBT k-blocks, SC = 64 CPB
+// columns. The host stores the parts in exactly the order the lanes read them: per stage,
+// per n8 tile, per (k-block, quad q), per (g, t) 16 bytes holding the 8 columns of quad q of
+// lane t's chunk for B column g, in the order the B fragment takes them (nibble formats:
+// columns 0, 4, 1, 5, 2, 6, 3, 7, matching `mma_decode`'s pairs; 8-bit formats: in order).
+// So each B fragment is half of one conflict-free 16-byte shared load, with no permutes.
+
+#ifndef TS_GEMM_NT
+#define TS_GEMM_NT 8
+#endif
+#ifndef TS_GEMM_WARPS
+#define TS_GEMM_WARPS 8
+#endif
+#ifndef TS_GEMM_STAGES
+#define TS_GEMM_STAGES 4
+#endif
+
+struct GArgs {
+    MArgs m;         // m.xh unused; m.xa: [sp] 1/p, then [sp, xs / TS_SUM_SEG] sums
+    const u8* xg;    // activation parts in stage order (above)
+    int S;           // activations; outputs of s >= S are not written
+    int nbt;         // n8 tiles of B columns in xg, a multiple of TS_GEMM_NT
+    int sp;          // activations xa holds (8 nbt / P)
+};
+
+template <int FMT, int CBT>
+struct GemmShape {
+    enum {
+        CPB = MmaFmt<FMT>::CPB,
+        NW = CBT / 4,         // weight words of one row per lane and k-block
+        U = 16 / CBT,         // k-blocks a stage
+        KBC = 4 * CBT * CPB,  // columns a k-block
+        SC = U * KBC,         // columns a stage (64 CPB)
+        WPQ = 2 / CPB,        // weight words per 8-column quad
+        NQ = CBT * CPB / 8,   // quads per lane and k-block
+        TILE = SC * 8 * 2,    // bytes of one n8 tile of one stage
+    };
+};
+
+// 16 bytes global -> shared (device: cp.async, bypassing L1; host: a copy).
+TS_DEV void cp16(u8* dst, const u8* src) {
+#ifdef TS_HOST
+    *reinterpret_cast<U4*>(dst) = *reinterpret_cast<const U4*>(src);
+#else
+    u32 d;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#endif
+}
+
+// Thread `tid` of `nthreads` copies its share of stage `st` of the block's n8 tiles
+// nt0 .. nt0 + NTW - 1 (contiguous in xg) to `dst`.
+template <int FMT, int CBT, int NTW>
+TS_DEV void gemm_stage_x(const GArgs& a, i64 st, int nt0, u8* dst, int tid, int nthreads) {
+    typedef GemmShape<FMT, CBT> G;
+    const u8* src = a.xg + (st * a.nbt + nt0) * (i64)G::TILE;
+    for (int k = tid; k < NTW * G::TILE / 16; k += nthreads) cp16(dst + 16 * k, src + 16 * k);
+}
+
+// The warp's weights of stage st: rows r0w + 16 mt + g + 8 h, k-blocks U st + u, and the
+// raw scale words of each (row, k-block). Rows past O and k-blocks past the row read zeros.
+template <int FMT, int GS, int CBT, int L>
+TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
+                        u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
+                        u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR]) {
+    typedef GemmShape<FMT, CBT> G;
+    const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int u = 0; u < G::U; ++u) {
+                    const int r0 = r0w + 16 * mt, row = r0 + g + 8 * h;
+                    const i64 kb = st * G::U + u;
+                    if (kb < nkb && row < a.m.O) {
+                        ld_chunk<FMT, G::NW>(a.m.w + (i64)row * a.m.rb + mma_chunk_off<FMT, CBT>(kb, t), w[l][mt][h][u]);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < G::NW; ++k) w[l][mt][h][u][k] = 0;
+                    }
+                    if constexpr (!MmaFmt<FMT>::ROW_SCALE) {
+                        if (kb < nkb) {
+                            mma_scale_raw<FMT, GS, CBT>(a.m, r0, row, kb, r[l][mt][h][u]);
+                        } else {
+#pragma unroll
+                            for (int k = 0; k < MmaFmt<FMT>::NR; ++k) r[l][mt][h][u][k] = 0;
+                        }
+                    } else {
+                        r[l][mt][h][u][0] = 0;
+                    }
+                }
+    }
+}
+
+// acc (+)= the warp's 32 rows x the block's B columns over stage st, with `xs` the stage's
+// activation tiles in shared memory. C layout per (m tile mt, n tile j): q = 0, 1: row g,
+// B columns 2t, 2t + 1; q = 2, 3: row g + 8. Row-scaled formats accumulate in acc; the
+// others per k-block in c, folded with the k-block's scale (and zero term) into acc: with
+// P = 2 the hi and lo columns of an activation are summed there (acc[.][2h], acc[.][2h+1]
+// stays 0), with P = 1 each column is its own activation.
+template <int FMT, int GS, int CBT, int P, int NTW, int L>
+TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
+                         const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
+                         const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], const u8* xs, int nt0,
+                         float (&acc)[L][2][NTW][4]) {
+    typedef MmaFmt<FMT> F;
+    typedef GemmShape<FMT, CBT> G;
+    enum { SCALED = !F::ROW_SCALE };
+    static_assert(P == 1 || P == 2, "one or two activation parts");
+    static_assert(GS == 0 || GS % G::KBC == 0, "a k-block must sit inside one group");
+    const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
+#pragma unroll
+    for (int u = 0; u < G::U; ++u) {
+        const i64 kb = st * G::U + u;
+        if (kb >= nkb) break;  // uniform across the block
+        float c[L][2][NTW][4];
+#pragma unroll
+        for (int l = 0; l < L; ++l)
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int j = 0; j < NTW; ++j)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) c[l][mt][j][q] = SCALED ? 0.0f : acc[l][mt][j][q];
+#pragma unroll
+        for (int q = 0; q < G::NQ; ++q) {
+            u32 p[L][2][2][G::WPQ][F::PW];
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int k = 0; k < G::WPQ; ++k) mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                u32 xq[L][4];
+#pragma unroll
+                for (int l = 0; l < L; ++l) {
+                    const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
+                    const U4 v = *reinterpret_cast<const U4*>(xs + j * G::TILE + ((u * G::NQ + q) * 8 + g) * 64 + t * 16);
+                    xq[l][0] = v.x;
+                    xq[l][1] = v.y;
+                    xq[l][2] = v.z;
+                    xq[l][3] = v.w;
+                }
+#pragma unroll
+                for (int k = 0; k < G::WPQ; ++k)
+#pragma unroll
+                    for (int jj = 0; jj < F::MPW; ++jj) {
+                        const int bi = 2 * (k * F::MPW + jj);
+                        u32 fb[L][2];
+#pragma unroll
+                        for (int l = 0; l < L; ++l) {
+                            fb[l][0] = xq[l][bi];
+                            fb[l][1] = xq[l][bi + 1];
+                        }
+#pragma unroll
+                        for (int mt = 0; mt < 2; ++mt) {
+                            u32 fa[L][4];
+                            float fc[L][4];
+#pragma unroll
+                            for (int l = 0; l < L; ++l) {
+                                fa[l][0] = p[l][mt][0][k][2 * jj];
+                                fa[l][1] = p[l][mt][1][k][2 * jj];
+                                fa[l][2] = p[l][mt][0][k][2 * jj + 1];
+                                fa[l][3] = p[l][mt][1][k][2 * jj + 1];
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) fc[l][e] = c[l][mt][j][e];
+                            }
+                            mma16816<L>(fa, fb, fc);
+#pragma unroll
+                            for (int l = 0; l < L; ++l)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) c[l][mt][j][e] = fc[l][e];
+                        }
+                    }
+            }
+        }
+        if constexpr (!SCALED) {
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int j = 0; j < NTW; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[l][mt][j][e] = c[l][mt][j][e];
+        } else {
+            const i64 seg = mma_col0<FMT, CBT>(kb, 0) / TS_SUM_SEG;
+            const i64 segs = a.m.xs / TS_SUM_SEG;
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int t = (lane0 + l) & 3;
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    float d[2], z[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(r[l][mt][h][u], d[h], z[h]);
+#pragma unroll
+                    for (int j = 0; j < NTW; ++j) {
+                        if constexpr (P == 2) {
+                            const int s = 4 * (nt0 + j) + t;
+                            const float xsum = F::AFFINE ? a.m.xa[a.sp + (i64)s * segs + seg] : 0.0f;
+#pragma unroll
+                            for (int h = 0; h < 2; ++h)
+                                acc[l][mt][j][2 * h] += d[h] * (c[l][mt][j][2 * h] + c[l][mt][j][2 * h + 1]) + z[h] * xsum;
+                        } else {
+                            const int s0 = 8 * (nt0 + j) + 2 * t;
+                            float xsum[2] = {0.0f, 0.0f};
+                            if constexpr (F::AFFINE) {
+                                xsum[0] = a.m.xa[a.sp + (i64)s0 * segs + seg];
+                                xsum[1] = a.m.xa[a.sp + (i64)(s0 + 1) * segs + seg];
+                            }
+#pragma unroll
+                            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                                for (int e = 0; e < 2; ++e)
+                                    acc[l][mt][j][2 * h + e] += d[h] * c[l][mt][j][2 * h + e] + z[h] * xsum[e];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The warp's outputs: y[s, row] = (its parts' sum) / p_s, times the row scale.
+template <int FMT, int P, int NTW, int L>
+TS_DEV void gemm_store(const GArgs& a, int r0w, int nt0, int lane0, const float (&acc)[L][2][NTW][4], float* y) {
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r0w + 16 * mt + g + 8 * h;
+                if (row >= a.m.O) continue;
+                float rs = 1.0f;
+                if constexpr (MmaFmt<FMT>::ROW_SCALE) rs = TS_SCALE(scale_f32(a.m.sc, row));
+#pragma unroll
+                for (int j = 0; j < NTW; ++j) {
+                    if constexpr (P == 2) {
+                        const int s = 4 * (nt0 + j) + t;
+                        if (s < a.S)
+                            y[(i64)s * a.m.O + row] = (acc[l][mt][j][2 * h] + acc[l][mt][j][2 * h + 1]) * a.m.xa[s] * rs;
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int s = 8 * (nt0 + j) + 2 * t + e;
+                            if (s < a.S) y[(i64)s * a.m.O + row] = acc[l][mt][j][2 * h + e] * a.m.xa[s] * rs;
+                        }
+                    }
+                }
+            }
+    }
+}
+
 // ---- the kernels ------------------------------------------------------------------------
 
 #ifndef TS_HOST
 
-#ifndef TS_FMT
-#error "compile with -DTS_FMT=<format id>"
-#endif
 #ifndef TS_GS
 #define TS_GS 0
 #endif
@@ -1213,6 +1528,7 @@ TS_DEV float warp_sum(float v) {
     return v;
 }
 
+#ifdef TS_FMT
 template <int S>
 __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __restrict__ sc, const float* __restrict__ x,
                                           float* __restrict__ y, i64 row_bytes, int O, int I, int x_stride, int sc_row) {
@@ -1242,7 +1558,160 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
         }
     }
 }
+#endif  // TS_FMT
 
+#if defined(TS_GEMM)
+// GEMM build (-DTS_GEMM=<P> -DTS_MMA=<CBT>): exports gemm_p<P>,
+//   (const u8* w, const u8* sc, const u8* xg, const float* xa, float* y,
+//    long long row_bytes, int O, int S, int x_stride, int sc_row, int nbt, int sp)
+// Grid: (ceil(O / (32 TS_GEMM_WARPS)), nbt / TS_GEMM_NT); dynamic shared memory
+// TS_GEMM_STAGES * TS_GEMM_NT * GemmShape::TILE bytes.
+#ifndef TS_FMT
+#error "compile with -DTS_FMT=<format id>"
+#endif
+TS_DEV void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+TS_DEV void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#define TS_GEMM_KERNEL_(P_)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * TS_GEMM_WARPS, 1)                                        \
+        gemm_p##P_(const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xg,             \
+                   const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride, \
+                   int sc_row, int nbt, int sp) {                                                              \
+        gemm_body<P_>(w, sc, xg, xa, y, row_bytes, O, S, x_stride, sc_row, nbt, sp);                          \
+    }
+template <int P>
+__device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __restrict__ sc,
+                                          const u8* __restrict__ xg, const float* __restrict__ xa,
+                                          float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride,
+                                          int sc_row, int nbt, int sp) {
+    typedef GemmShape<TS_FMT, TS_MMA> G;
+    typedef MmaFmt<TS_FMT> F;
+    enum { NTW = TS_GEMM_NT, ST = TS_GEMM_STAGES, SB = NTW * G::TILE };
+    static_assert(ST >= 2, "at least double buffering");
+    extern __shared__ __align__(16) u8 smem[];
+    GArgs a;
+    a.m.w = w;
+    a.m.sc = sc;
+    a.m.xh = 0;
+    a.m.xa = xa;
+    a.m.rb = row_bytes;
+    a.m.O = O;
+    a.m.xs = x_stride;
+    a.m.sc_row = sc_row;
+    a.xg = xg;
+    a.S = S;
+    a.nbt = nbt;
+    a.sp = sp;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int r0w = blockIdx.x * (32 * TS_GEMM_WARPS) + 32 * warp;
+    const int nt0 = blockIdx.y * NTW;
+    const bool active = r0w < O;  // uniform across the warp; idle warps still stage and sync
+    const i64 nkb = mma_kblocks<TS_FMT, TS_MMA>(a.m);
+    const i64 nst = (nkb + G::U - 1) / G::U;
+#pragma unroll
+    for (int k = 0; k < ST - 1; ++k) {
+        if (k < nst) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, k, nt0, smem + k * SB, tid, blockDim.x);
+        cp_commit();
+    }
+    float acc[1][2][NTW][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < NTW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[0][mt][j][e] = 0.0f;
+    u32 wv[1][2][2][G::U][G::NW];
+    u32 sv[1][2][2][G::U][F::NR];
+    gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, 0, lane, wv, sv);
+    for (i64 st = 0; st < nst; ++st) {
+        // Stage st has landed (at most ST - 2 newer groups pending), and every warp is done
+        // with stage st - 1, whose buffer the next copy overwrites.
+        cp_wait<ST - 2>();
+        __syncthreads();
+        const i64 nx = st + ST - 1;
+        if (nx < nst) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, nx, nt0, smem + (nx % ST) * SB, tid, blockDim.x);
+        cp_commit();
+        u32 wn[1][2][2][G::U][G::NW];
+        u32 sn[1][2][2][G::U][F::NR];
+        gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + 1, lane, wn, sn);
+        if (active) gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv, sv, smem + (st % ST) * SB, nt0, acc);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int u = 0; u < G::U; ++u) {
+#pragma unroll
+                    for (int k = 0; k < G::NW; ++k) wv[0][mt][h][u][k] = wn[0][mt][h][u][k];
+#pragma unroll
+                    for (int k = 0; k < F::NR; ++k) sv[0][mt][h][u][k] = sn[0][mt][h][u][k];
+                }
+    }
+    if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);
+}
+#define TS_GEMM_KERNEL(P_) TS_GEMM_KERNEL_(P_)
+TS_GEMM_KERNEL(TS_GEMM)
+
+#elif defined(TS_MOE)
+// MoE grouped GEMV build (-DTS_MOE=<pairs per work item> -DTS_MOE_LIST=<variants>):
+// exports moe_gemv,
+//   (const unsigned long long* desc, const int* items, const float* x, float* y,
+//    int O, int I, int x_stride)
+// desc: per expert 4 words: weights address, scales address, row bytes,
+//   (variant << 32) | sc_row. items: per work item 8 ints: expert, then TS_MOE pair indices
+//   (-1: none). x: [items, TS_MOE, x_stride], each pair's activation already in its expert's
+//   stored domain, zero rows for missing pairs. y: [pairs, O].
+// TS_MOE_LIST is a sequence of TS_MOE_CASE(variant, format id, group size): the (format,
+// group) kernels the experts of this call need, so one launch serves mixed formats. Grid:
+// (row blocks of grid_blocks(O, TS_MOE), items); a block's warps each own R rows of its item.
+#define TS_MOE_CASE(V_, F_, G_) \
+    case V_:                    \
+        row_partial<F_, G_, S, R>(a, row0, lane, acc); \
+        break;
+extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long long* __restrict__ desc,
+                                                          const int* __restrict__ items, const float* __restrict__ x,
+                                                          float* __restrict__ y, int O, int I, int x_stride) {
+    enum { S = TS_MOE, R = RowsPerWarp<TS_MOE>::R };
+    static_assert(TS_MOE <= 7, "an item holds at most 7 pairs");
+    const int* it = items + 8 * (i64)blockIdx.y;
+    const unsigned long long* d = desc + 4 * (i64)it[0];
+    const int lane = threadIdx.x & 31;
+    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const i64 row0l = warp * R;
+    if (row0l >= O) return;  // uniform across the warp
+    const int row0 = (int)row0l;
+    Args a;
+    a.w = reinterpret_cast<const u8*>(d[0]);
+    a.sc = reinterpret_cast<const u8*>(d[1]);
+    a.x = x + (i64)blockIdx.y * S * x_stride;
+    a.rb = (i64)d[2];
+    a.O = O;
+    a.I = I;
+    a.xs = x_stride;
+    a.sc_row = (int)(d[3] & 0xFFFFFFFFull);
+    float acc[R][S];
+    switch ((int)(d[3] >> 32)) {  // uniform across the grid block
+        TS_MOE_LIST
+        default:
+            return;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const float v = warp_sum(acc[r][s]);
+            const int p = it[1 + s];
+            if (lane == 0 && p >= 0 && row0 + r < O) y[(i64)p * O + row0 + r] = v;
+        }
+    }
+}
+
+#else
+#ifndef TS_FMT
+#error "compile with -DTS_FMT=<format id>"
+#endif
 #ifndef TS_S
 #error "compile with -DTS_S=<batch, 1..16>"
 #endif
@@ -1252,9 +1721,13 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
 //   (const u8* w, const u8* sc, const u8* xh, const float* xa, float* y,
 //    long long row_bytes, int O, int x_stride, int sc_row)
 // with xh / xa the split activations (see MArgs). A block of TS_MMA_WARPS warps owns 16 rows.
-// Blocks an SM must hold at once: 3 keeps a 6144-row GEMV (384 blocks) in one wave on 132
-// SMs at small S (<= 85 registers); larger S needs the registers more than the residency.
+// Blocks an SM must hold at once (the register cap: 65536 / (32 TS_MMA_WARPS x this)): 3
+// keeps a 6144-row GEMV (384 blocks) in one wave on 132 SMs at small S (<= 85 registers);
+// larger S needs the registers more than the residency (3 spills there and ran 1.2-2x
+// slower). -DTS_MMA_MIN_BLOCKS overrides it.
+#ifndef TS_MMA_MIN_BLOCKS
 #define TS_MMA_MIN_BLOCKS (TS_S <= 4 ? 3 : 2)
+#endif
 #define TS_MMA_KERNEL_(S_)                                                                                       \
     extern "C" __global__ void __launch_bounds__(32 * TS_MMA_WARPS, TS_MMA_MIN_BLOCKS) gemv_mma_s##S_(          \
         const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xh,                         \
@@ -1313,5 +1786,6 @@ TS_MMA_KERNEL(TS_S)
 #define TS_KERNEL(S_) TS_KERNEL_(S_)
 TS_KERNEL(TS_S)
 #endif  // TS_MMA
+#endif  // TS_GEMM / TS_MOE / GEMV
 
 #endif  // !TS_HOST

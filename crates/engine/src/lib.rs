@@ -1,6 +1,39 @@
-//! engine: model graphs and fused decode for tessera.
+//! engine: model graphs and decode for tessera.
 //!
-//! It will hold the DeepSeek-V3/GLM-style MLA + MoE graph and the Llama/Qwen dense GQA graph,
-//! backend selection, the per-layer fused-path gate (one predicate, read by the gates and the
-//! load-time notice) and greedy generation with a KV cache. Nothing is implemented yet
-//! (issue 6); this crate intentionally exports nothing until it is.
+//! - [`config`]: config.json -> typed [`config::ModelConfig`] (Llama, Qwen3, DeepSeek-V3).
+//! - [`weights`]: tensors through container-io (tessera containers or plain safetensors).
+//! - [`llama`], [`deepseek`]: the graphs (GQA dense; MLA + shared/routed experts).
+//! - [`kv_cache`]: per-layer caches (GQA keys/values; MLA latents + rope keys).
+//! - [`backend`]: the engine's [`backend::Backend`] trait; the CPU always, CUDA, wgpu and
+//!   raw Vulkan with the features `cuda`, `wgpu`, `vulkan`.
+//! - [`gate`]: THE per-layer predicate (bitmask of tensor kinds whose format misses the
+//!   backend's capability table) and the layer-path choice built on it.
+//! - [`notice`]: the load-time notice, built from the same predicate.
+//! - [`stats`]: per-op fallback counts and the end-of-run summary.
+//! - [`model`]: loading, the forward pass, greedy generation.
+//! - [`npy`]: the `.npy` files `--logits-out` writes.
+//! - [`ops`], [`sampler`]: RMSNorm, SwiGLU, softmax, RoPE (default, llama3, yarn); greedy choice.
+//!
+//! Every layer's attention core, RMSNorms, routing and MLA kv_b absorption run on the host
+//! in f32; the backend runs the GEMVs. No backend has a fused one-submission layer path yet,
+//! and the gate and the run summary say so rather than claim it.
+
+pub mod backend;
+pub mod config;
+pub mod deepseek;
+pub mod error;
+pub mod gate;
+pub mod kv_cache;
+pub mod llama;
+pub mod model;
+pub mod notice;
+pub mod npy;
+pub mod ops;
+pub mod sampler;
+pub mod stats;
+pub mod weights;
+
+pub use backend::{Backend, BackendChoice, CpuBackend};
+pub use config::{Arch, ModelConfig};
+pub use error::{EngineError, Result};
+pub use model::{Generation, LoadOptions, Model, ModelSource};

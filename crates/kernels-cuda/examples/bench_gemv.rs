@@ -9,16 +9,19 @@
 //! through at least 512 MB so the 60 MB L2 never holds the next launch's weights.
 //!
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
-//! Prints a markdown table; with $OUT set also writes $OUT/bench_gemv.json. Without a GPU
-//! it prints "skipped: ..." and exits 0.
+//!                   [--tunings default,w8d3b2,...] [--cuda-cores]
+//! `--tunings` times the tensor-core kernel once per tuning (`w<warps>d<depth>b<min
+//! blocks>`, `x` for the source's default; see `kernels_cuda::Tuning`); `--cuda-cores` adds
+//! the CUDA-core kernel where the tensor cores serve the shape. Prints a markdown table;
+//! with $OUT set also writes $OUT/bench_gemv.json. Without a GPU it prints "skipped: ..."
+//! and exits 0.
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaSlice, CudaStream};
-use kernels_cuda::{CudaBackend, CudaError, DeviceTensor, KernelPath};
-use quant_core::oracle::{reference_gemm, worst_error};
+mod bench_common;
+
+use bench_common::{check_head, copy_bandwidth, fail, parse_shapes, time, time_queued};
+use kernels_cuda::{CudaBackend, DeviceTensor, KernelPath, Tuning};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
-use std::sync::Arc;
+use quant_core::{EncodeOptions, Format, encode};
 
 const SHAPES: [(usize, usize); 5] = [
     (4096, 4096),
@@ -41,6 +44,37 @@ struct Opts {
     formats: Vec<Format>,
     batches: Vec<usize>,
     shapes: Vec<(usize, usize)>,
+    /// Tensor-core GEMV tunings to compare, by name ("default", "w8d3b2", ...).
+    tunings: Vec<(String, Tuning)>,
+    /// Also time the CUDA-core kernel where the tensor cores serve the shape.
+    cuda_cores: bool,
+}
+
+/// "default", or w<warps>d<depth>b<min blocks> with `x` for the source's default, e.g.
+/// "w8d3b2", "w16dxb1".
+fn parse_tuning(name: &str) -> Result<Tuning, String> {
+    if name == "default" {
+        return Ok(Tuning::default());
+    }
+    let bad = || format!("tuning {name}: expected w<n>d<n|x>b<n|x>");
+    let rest = name.strip_prefix('w').ok_or_else(bad)?;
+    let (w, rest) = rest.split_once('d').ok_or_else(bad)?;
+    let (d, b) = rest.split_once('b').ok_or_else(bad)?;
+    let opt = |v: &str| -> Result<Option<u32>, String> {
+        if v == "x" {
+            Ok(None)
+        } else {
+            v.parse().map(Some).map_err(|_| bad())
+        }
+    };
+    let t = Tuning {
+        mma_warps: w.parse().map_err(|_| bad())?,
+        mma_depth: opt(d)?,
+        mma_min_blocks: opt(b)?,
+        ..Tuning::default()
+    };
+    t.check()?;
+    Ok(t)
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -49,12 +83,15 @@ fn parse_args() -> Result<Opts, String> {
         formats: FORMATS.to_vec(),
         batches: vec![1, 16],
         shapes: SHAPES.to_vec(),
+        tunings: vec![("default".into(), Tuning::default())],
+        cuda_cores: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--quick" => o.reps = 10,
+            "--cuda-cores" => o.cuda_cores = true,
             "--formats" => {
                 o.formats = value()?
                     .split(',')
@@ -67,19 +104,12 @@ fn parse_args() -> Result<Opts, String> {
                     .map(|s| s.parse::<usize>().map_err(|e| e.to_string()))
                     .collect::<Result<_, _>>()?
             }
-            "--shapes" => {
-                o.shapes = value()?
+            "--shapes" => o.shapes = parse_shapes(&value()?)?,
+            "--tunings" => {
+                o.tunings = value()?
                     .split(',')
-                    .map(|s| {
-                        let (a, b) = s
-                            .split_once('x')
-                            .ok_or(format!("shape {s}: expected OxI"))?;
-                        Ok((
-                            a.parse().map_err(|e| format!("{e}"))?,
-                            b.parse().map_err(|e| format!("{e}"))?,
-                        ))
-                    })
-                    .collect::<Result<_, String>>()?
+                    .map(|n| parse_tuning(n).map(|t| (n.to_string(), t)))
+                    .collect::<Result<_, _>>()?
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -87,127 +117,12 @@ fn parse_args() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn fail(e: impl std::fmt::Display) -> ! {
-    eprintln!("bench_gemv: {e}");
-    std::process::exit(1)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median seconds of `f` over `reps` single calls, each bracketed by events and synced.
-fn time(
-    b: &CudaBackend,
-    reps: usize,
-    warm: usize,
-    mut f: impl FnMut(usize) -> Result<(), CudaError>,
-) -> Result<f64, CudaError> {
-    let stream: &Arc<CudaStream> = b.stream();
-    let drv = |during| {
-        move |e| CudaError::Driver {
-            during,
-            detail: format!("{e:?}"),
-        }
-    };
-    for k in 0..warm {
-        f(k)?;
-    }
-    stream.synchronize().map_err(drv("warm-up"))?;
-    let mut ts = Vec::with_capacity(reps);
-    for k in 0..reps {
-        let a = b
-            .context()
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(drv("event"))?;
-        let e = b
-            .context()
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(drv("event"))?;
-        a.record(stream).map_err(drv("event record"))?;
-        f(warm + k)?;
-        e.record(stream).map_err(drv("event record"))?;
-        stream.synchronize().map_err(drv("timed call"))?;
-        ts.push(a.elapsed_ms(&e).map_err(drv("event time"))? as f64 * 1e-3);
-    }
-    Ok(median(ts))
-}
-
-/// Seconds per call of `n` calls of `f` queued back to back between one pair of events:
-/// the GPU time without the host's launch latency (which the single-launch figure, like
-/// anchor_gpu.py's, includes). Reported next to it, not instead of it.
-fn time_queued(
-    b: &CudaBackend,
-    n: usize,
-    mut f: impl FnMut(usize) -> Result<(), CudaError>,
-) -> Result<f64, CudaError> {
-    let stream: &Arc<CudaStream> = b.stream();
-    let drv = |during| {
-        move |e| CudaError::Driver {
-            during,
-            detail: format!("{e:?}"),
-        }
-    };
-    f(0)?;
-    stream.synchronize().map_err(drv("warm-up"))?;
-    let a = b
-        .context()
-        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(drv("event"))?;
-    let e = b
-        .context()
-        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(drv("event"))?;
-    a.record(stream).map_err(drv("event record"))?;
-    for k in 0..n {
-        f(1 + k)?;
-    }
-    e.record(stream).map_err(drv("event record"))?;
-    stream.synchronize().map_err(drv("queued calls"))?;
-    Ok(a.elapsed_ms(&e).map_err(drv("event time"))? as f64 * 1e-3 / n as f64)
-}
-
-fn copy_bandwidth(b: &CudaBackend, reps: usize) -> Result<f64, CudaError> {
-    let n = 1usize << 30;
-    let drv = |during| {
-        move |e| CudaError::Driver {
-            during,
-            detail: format!("{e:?}"),
-        }
-    };
-    let src: CudaSlice<u8> = b.stream().alloc_zeros(n).map_err(drv("allocating 1 GiB"))?;
-    let mut dst: CudaSlice<u8> = b.stream().alloc_zeros(n).map_err(drv("allocating 1 GiB"))?;
-    let t = time(b, reps.min(20), 3, |_| {
-        b.stream().memcpy_dtod(&src, &mut dst).map_err(drv("copy"))
-    })?;
-    Ok(2.0 * n as f64 / t / 1e9)
-}
-
-/// The first 128 rows of `t` (a whole fp8 tile band) as their own tensor, for a spot check
-/// of the big-shape output against the f64 oracle.
-fn head(t: &EncodedTensor) -> Option<EncodedTensor> {
-    let n = t.rows.min(128);
-    let spec = t.format.spec();
-    let wr = spec.weight_range(0, n, t.cols).ok()?;
-    let sr = spec.scale_range(0, n, t.rows, t.cols).ok()?;
-    EncodedTensor::from_parts(
-        t.format,
-        n,
-        t.cols,
-        t.weights[wr].to_vec(),
-        t.scales[sr].to_vec(),
-        Some(t.rotation_seed),
-    )
-    .ok()
-}
-
 struct Row {
     rows: usize,
     cols: usize,
     format: Format,
     s: usize,
-    path: &'static str,
+    path: String,
     secs: f64,
     queued: f64,
     bytes: usize,
@@ -230,6 +145,11 @@ fn main() {
         b.device_name(),
         b.arch()
     );
+    let tunings: Vec<Tuning> = opts.tunings.iter().map(|(_, t)| t.clone()).collect();
+    let t0 = std::time::Instant::now();
+    b.prewarm_tuned(&opts.formats, &opts.batches, &tunings)
+        .unwrap_or_else(|e| fail(e));
+    eprintln!("NVRTC builds ready in {:.1} s", t0.elapsed().as_secs_f64());
     let mut rng = Rng::new(0x5EED);
     let mut results = Vec::new();
     for &(rows, cols) in &opts.shapes {
@@ -249,23 +169,33 @@ fn main() {
                 let xa = b
                     .upload_activations(&ws[0], &x, s)
                     .unwrap_or_else(|e| fail(e));
-                // The default path, and the CUDA-core kernel too where the default is the
-                // tensor cores, for comparison.
-                let mut paths = vec![(KernelPath::Auto, "cuda cores")];
+                // The tensor cores at each tuning where they serve the shape, and the
+                // CUDA-core kernel (always where they do not, on request where they do).
+                let mut paths: Vec<(KernelPath, String, Tuning)> = Vec::new();
                 if ws[0].uses_tensor_cores(s) {
-                    paths = vec![
-                        (KernelPath::Auto, "tensor cores"),
-                        (KernelPath::CudaCores, "cuda cores"),
-                    ];
+                    for (name, tuning) in &opts.tunings {
+                        paths.push((
+                            KernelPath::Auto,
+                            format!("tensor cores {name}"),
+                            tuning.clone(),
+                        ));
+                    }
                 }
-                for (path, path_name) in paths {
+                if paths.is_empty() || opts.cuda_cores {
+                    paths.push((
+                        KernelPath::CudaCores,
+                        "cuda cores".into(),
+                        Tuning::default(),
+                    ));
+                }
+                for (path, path_name, tuning) in paths {
                     let mut y = b.poisoned_output(&ws[0], s).unwrap_or_else(|e| fail(e));
                     let secs = time(&b, opts.reps, 5, |k| {
-                        b.gemv_launch_path(&ws[k % ws.len()], &xa, &mut y, path)
+                        b.gemv_launch_tuned(&ws[k % ws.len()], &xa, &mut y, path, &tuning)
                     })
                     .unwrap_or_else(|e| fail(e));
                     let queued = time_queued(&b, opts.reps, |k| {
-                        b.gemv_launch_path(&ws[k % ws.len()], &xa, &mut y, path)
+                        b.gemv_launch_tuned(&ws[k % ws.len()], &xa, &mut y, path, &tuning)
                     })
                     .unwrap_or_else(|e| fail(e));
                     // Spot check: the first 128 rows of the last output against the oracle.
@@ -273,15 +203,7 @@ fn main() {
                         .stream()
                         .clone_dtoh(&y)
                         .unwrap_or_else(|e| fail(format!("{e:?}")));
-                    let check = head(&t).map_or(f64::NAN, |h| {
-                        let r = reference_gemm(&h.view(), &x, s);
-                        let n = h.rows;
-                        let mut ys = Vec::with_capacity(s * n);
-                        for k in 0..s {
-                            ys.extend_from_slice(&yh[k * rows..k * rows + n]);
-                        }
-                        worst_error(&ys, &r).error
-                    });
+                    let check = check_head(&t, &x, s, &yh);
                     let row = Row {
                         rows,
                         cols,
@@ -295,7 +217,8 @@ fn main() {
                     };
                     let gbps = row.bytes as f64 / secs / 1e9;
                     eprintln!(
-                        "[{rows} x {cols}] {format} S={s} {path_name}: {:.1} us, {gbps:.0} GB/s ({:.0}% of copy), {copies} copies, check {check:.1e}",
+                        "[{rows} x {cols}] {format} S={s} {}: {:.1} us, {gbps:.0} GB/s ({:.0}% of copy), {copies} copies, check {check:.1e}",
+                        row.path,
                         secs * 1e6,
                         100.0 * gbps / copy
                     );

@@ -2,14 +2,18 @@
 //! `cargo xtask test-matrix` run it like any other backend.
 //!
 //! The capability rows it reports are [`crate::caps::CAPABILITIES`] in quant-core's
-//! vocabulary (one table, two views; the kernel ids stay in `caps`). Without a GPU the value
-//! still exists and `probe()` says why it cannot run.
+//! vocabulary (one table, two views; the kernel ids stay in `caps`). The trait has one entry
+//! for the product: S <= 16 runs the GEMV, larger S the GEMM (its default `Split`
+//! precision, which keeps the same 1e-4 tolerance). Without a GPU the value still exists and
+//! `probe()` says why it cannot run.
 
 use crate::caps;
-use crate::device::CudaBackend;
+use crate::device::{CudaBackend, GemmPrecision};
 use crate::error::CudaError;
 use quant_core::QTensor;
+use quant_core::capability::Op as QOp;
 use quant_core::capability::{Backend, BackendError, Capability, Constraint, Op};
+use quant_core::conformance;
 use std::sync::OnceLock;
 
 /// The CUDA backend for the conformance suite: device 0, or why there is none.
@@ -18,11 +22,27 @@ pub struct CudaConformance {
 }
 
 impl CudaConformance {
-    /// Opens device 0; never fails (the error is kept and reported by `probe`).
+    /// Opens device 0; never fails (the error is kept and reported by `probe`). With a
+    /// device, first compiles every build the suite's batches can reach, on all cores: the
+    /// suite calls one (format, S) at a time, and compiling each on first use would
+    /// serialize a few hundred NVRTC runs. The PTX cache is per process, so later values
+    /// find it warm; a build that fails here fails again, reported, at its launch.
     pub fn new() -> Self {
-        CudaConformance {
-            device: CudaBackend::new(),
+        let device = CudaBackend::new();
+        if let Ok(d) = &device {
+            let mut batches = conformance::batches(QOp::Gemv).to_vec();
+            batches.extend_from_slice(conformance::batches(QOp::Gemm));
+            let gemv: Vec<usize> = batches.iter().copied().filter(|&s| s <= 16).collect();
+            let _ = d.prewarm(&caps::formats(caps::Op::Gemv), &gemv);
+            // The GEMM rows' edge S = 17 too.
+            batches.push(17);
+            let _ = d.prewarm_gemm(
+                &caps::formats(caps::Op::Gemm),
+                &[GemmPrecision::Split],
+                &batches,
+            );
         }
+        CudaConformance { device }
     }
 }
 
@@ -35,6 +55,7 @@ impl Default for CudaConformance {
 fn op(o: caps::Op) -> Op {
     match o {
         caps::Op::Gemv => Op::Gemv,
+        caps::Op::Gemm => Op::Gemm,
     }
 }
 
@@ -65,12 +86,13 @@ fn backend_error(e: CudaError) -> BackendError {
             s,
         },
         CudaError::Quant(q) => BackendError::Input(q),
-        e @ (CudaError::Shape { .. } | CudaError::Driver { .. } | CudaError::Compile { .. }) => {
-            BackendError::Device {
-                backend: "cuda",
-                why: e.to_string(),
-            }
-        }
+        e @ (CudaError::Shape { .. }
+        | CudaError::Input { .. }
+        | CudaError::Driver { .. }
+        | CudaError::Compile { .. }) => BackendError::Device {
+            backend: "cuda",
+            why: e.to_string(),
+        },
     }
 }
 
@@ -98,9 +120,19 @@ impl Backend for CudaConformance {
         y: &mut [f32],
     ) -> Result<(), BackendError> {
         let dev = self.device.as_ref().map_err(|e| backend_error(e.clone()))?;
-        caps::lookup(caps::Op::Gemv, t.format(), s).map_err(backend_error)?;
+        // The GEMV row serves small batches, the GEMM row large ones (17 and up); the
+        // GEMM's error is reported when neither admits S.
+        let gemm = caps::lookup(caps::Op::Gemv, t.format(), s).is_err();
+        if gemm {
+            caps::lookup(caps::Op::Gemm, t.format(), s).map_err(backend_error)?;
+        }
         let w = dev.upload(t).map_err(backend_error)?;
-        let out = dev.gemv(&w, x, s).map_err(backend_error)?;
+        let out = if gemm {
+            dev.gemm(&w, x, s)
+        } else {
+            dev.gemv(&w, x, s)
+        }
+        .map_err(backend_error)?;
         if out.len() != y.len() {
             return Err(BackendError::Input(quant_core::QuantError::OutputSize {
                 format: t.format(),

@@ -14,6 +14,8 @@ use quant_core::Format;
 pub enum Op {
     /// y[S, O] = x[S, I] . W^T for a small batch S.
     Gemv,
+    /// The same product for a large batch S, on the tensor cores (gemv.cu `TS_GEMM`).
+    Gemm,
 }
 
 /// Shape constraints of a row, beyond what the registry already enforces (e.g. the
@@ -27,7 +29,7 @@ pub struct Constraint {
 
 /// Which build of `shaders/cuda/gemv.cu` serves a row: the `TS_FMT_*` id and, for the
 /// grouped int4 formats, the `TS_GS` group size (0 otherwise).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId {
     pub fmt: u32,
     pub group: u32,
@@ -64,12 +66,21 @@ impl Capability {
             self.kernel.fmt,
             fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C
         );
-        // The 136-byte blocks are indexed as 4 k-blocks each; the registry guarantees whole
-        // blocks. Flat formats need whole k-blocks (which also keeps every lane's load
+        // The 136-byte blocks are indexed as 2 k-blocks each (their two 64-byte payload
+        // halves); the registry guarantees whole blocks. Flat formats need whole k-blocks (which also keeps every lane's load
         // aligned, since rows then start on a multiple of the k-block).
         let kblock = 4 * m.chunk_bytes as usize;
         (affine || (row_bytes > 0 && row_bytes.is_multiple_of(kblock))).then_some(m)
     }
+}
+
+/// Whether a tensor-core kernel id stores two codes a byte (4-bit formats) rather than one:
+/// it sets the columns of a k-block and the order of the GEMM's activation layout.
+pub fn nibble_codes(fmt: u32) -> bool {
+    matches!(
+        fmt,
+        fmt_id::INT4_ROW | fmt_id::INT4_G | fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C
+    )
 }
 
 /// The `TS_FMT_*` ids of gemv.cu (kept in step with its `#define`s; `tests/host_emulation.rs`
@@ -99,6 +110,13 @@ const GEMV_S: Constraint = Constraint {
     s_max: 16,
 };
 
+/// S = 17 and up: the GEMM kernel keeps no per-S state, so its range is bounded only by the
+/// launch grid (gridDim.y = ceil(2 S / 64) must stay far below 65535).
+const GEMM_S: Constraint = Constraint {
+    s_min: 17,
+    s_max: 1 << 16,
+};
+
 const fn gemv(format: Format, fmt: u32, group: u32) -> Capability {
     Capability {
         op: Op::Gemv,
@@ -117,6 +135,19 @@ const fn gemv_mma(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Cap
     }
 }
 
+/// A GEMM row: the tensor-core GEMM loading `chunk_bytes` a lane per k-block. Shapes whose
+/// rows are not whole k-blocks ([`Capability::mma_for`]) run the CUDA-core GEMV kernel in
+/// batches of 16 instead (correct, not fast).
+const fn gemm(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Capability {
+    Capability {
+        op: Op::Gemm,
+        format,
+        constraint: GEMM_S,
+        kernel: KernelId { fmt, group },
+        mma: Some(MmaKernel { chunk_bytes }),
+    }
+}
+
 /// The table. Order is irrelevant; (op, format) is unique (checked by a test).
 pub static CAPABILITIES: &[Capability] = &[
     gemv(Format::F32, fmt_id::F32, 0),
@@ -129,21 +160,36 @@ pub static CAPABILITIES: &[Capability] = &[
     gemv_mma(Format::Int4G32, fmt_id::INT4_G, 32, 4),
     gemv(Format::Int4G48, fmt_id::INT4_G, 48),
     gemv_mma(Format::Int4G64, fmt_id::INT4_G, 64, 8),
-    gemv(Format::Int4G96, fmt_id::INT4_G, 96),
+    gemv_mma(Format::Int4G96, fmt_id::INT4_G, 96, 4),
     gemv_mma(Format::Int4G128, fmt_id::INT4_G, 128, 16),
-    gemv(Format::Int4G192, fmt_id::INT4_G, 192),
+    gemv_mma(Format::Int4G192, fmt_id::INT4_G, 192, 8),
     gemv_mma(Format::Int4G256, fmt_id::INT4_G, 256, 16),
     gemv(Format::Int3G64, fmt_id::INT3_G64, 0),
     gemv(Format::E8Lattice, fmt_id::E8, 0),
     gemv_mma(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0, 16),
     gemv_mma(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0, 16),
     // hfq4-g256 and mq4-g256 share bytes; mq4's rotation is applied to the activation.
-    gemv_mma(Format::Hfq4G256, fmt_id::HFQ4, 0, 8),
-    gemv_mma(Format::Mq4G256, fmt_id::HFQ4, 0, 8),
-    gemv_mma(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 8),
-    gemv_mma(Format::Mq4cG256, fmt_id::MQ4C, 0, 8),
+    gemv_mma(Format::Hfq4G256, fmt_id::HFQ4, 0, 16),
+    gemv_mma(Format::Mq4G256, fmt_id::HFQ4, 0, 16),
+    gemv_mma(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 16),
+    gemv_mma(Format::Mq4cG256, fmt_id::MQ4C, 0, 16),
     gemv(Format::Mq4K, fmt_id::MQ4K, 0),
     gemv(Format::Mxfp4, fmt_id::MXFP4, 0),
+    // GEMM: exactly the formats with a tensor-core GEMV, same chunks.
+    gemm(Format::Int8Row, fmt_id::INT8_ROW, 0, 16),
+    gemm(Format::Int4Row, fmt_id::INT4_ROW, 0, 16),
+    gemm(Format::Int4G32, fmt_id::INT4_G, 32, 4),
+    gemm(Format::Int4G64, fmt_id::INT4_G, 64, 8),
+    gemm(Format::Int4G96, fmt_id::INT4_G, 96, 4),
+    gemm(Format::Int4G128, fmt_id::INT4_G, 128, 16),
+    gemm(Format::Int4G192, fmt_id::INT4_G, 192, 8),
+    gemm(Format::Int4G256, fmt_id::INT4_G, 256, 16),
+    gemm(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0, 16),
+    gemm(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0, 16),
+    gemm(Format::Hfq4G256, fmt_id::HFQ4, 0, 16),
+    gemm(Format::Mq4G256, fmt_id::HFQ4, 0, 16),
+    gemm(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 16),
+    gemm(Format::Mq4cG256, fmt_id::MQ4C, 0, 16),
 ];
 
 /// The row that runs `op` on `format` at batch `s`, or why none does.
@@ -204,6 +250,28 @@ mod tests {
                 Err(CudaError::NotImplemented { s: got, .. }) if got == s
             ));
         }
+    }
+
+    #[test]
+    fn gemm_rows_start_where_gemv_rows_end() {
+        for g in CAPABILITIES.iter().filter(|c| c.op == Op::Gemm) {
+            let v = CAPABILITIES
+                .iter()
+                .find(|c| c.op == Op::Gemv && c.format == g.format)
+                .unwrap_or_else(|| panic!("{}: GEMM row without a GEMV row", g.format));
+            assert_eq!(g.constraint.s_min, v.constraint.s_max + 1, "{}", g.format);
+            assert_eq!(g.kernel, v.kernel, "{}", g.format);
+            assert_eq!(
+                g.mma, v.mma,
+                "{}: GEMM and GEMV share the chunking",
+                g.format
+            );
+        }
+        assert!(lookup(Op::Gemm, Format::Int4G64, 16).is_err());
+        assert!(lookup(Op::Gemm, Format::Int4G64, 17).is_ok());
+        assert!(lookup(Op::Gemm, Format::Int4G64, 1 << 16).is_ok());
+        assert!(lookup(Op::Gemm, Format::Int4G64, (1 << 16) + 1).is_err());
+        assert!(lookup(Op::Gemm, Format::Mxfp4, 512).is_err());
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! NVRTC compilation of `shaders/cuda/gemv.cu`, cached per process.
 //!
-//! A module is one (format kernel, S, GPU architecture, mutation) build: the source is
-//! compiled on first use with `-DTS_FMT`, `-DTS_GS`, `-DTS_S` and
-//! `--gpu-architecture=sm_XY` from the device's compute capability, and the PTX is kept in
-//! a process-wide map, so every later launch of the same build is a hash lookup.
+//! A module is one build: a GEMV (format kernel, S; CUDA cores or tensor cores), a GEMM
+//! (format kernel, activation parts) or a MoE grouped GEMV (the set of format kernels its
+//! experts need), for one GPU architecture, mutation and [`Tuning`]. The source is compiled
+//! on first use with `-D` options naming the build and `--gpu-architecture=sm_XY` from the
+//! device's compute capability, and the PTX is kept in a process-wide map, so every later
+//! launch of the same build is a hash lookup.
 
 use crate::caps::{KernelId, MmaKernel};
 use crate::error::CudaError;
@@ -49,26 +51,103 @@ impl Mutation {
     }
 }
 
+/// Kernel-shape knobs that are compile-time constants of the source and launch parameters
+/// of the host at once, so they travel together. `Default` is what the library runs;
+/// benchmarks build backends with others ([`crate::CudaBackend::with_tuning`]) to compare.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// Warps of a tensor-core GEMV block (`TS_MMA_WARPS`); they split a 16-row tile's row.
+    pub mma_warps: u32,
+    /// Stages a tensor-core GEMV warp keeps in flight (`TS_MMA_DEPTH`); `None`: the
+    /// source's default per S.
+    pub mma_depth: Option<u32>,
+    /// Minimum resident blocks per SM of the tensor-core GEMV (`TS_MMA_MIN_BLOCKS`, the
+    /// register cap); `None`: the source's default per S.
+    pub mma_min_blocks: Option<u32>,
+    /// n8 tiles of B columns per GEMM block (`TS_GEMM_NT`), for 2-part (`Split`)
+    /// activations, and for 1-part ones.
+    pub gemm_nt_split: u32,
+    pub gemm_nt_f16: u32,
+    /// cp.async stages of the GEMM's activation tiles (`TS_GEMM_STAGES`).
+    pub gemm_stages: u32,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            mma_warps: crate::layout::MMA_WARPS,
+            mma_depth: None,
+            mma_min_blocks: None,
+            gemm_nt_split: 8,
+            gemm_nt_f16: 4,
+            gemm_stages: 4,
+        }
+    }
+}
+
+impl Tuning {
+    /// Refuses knob values the kernels were not written for.
+    pub fn check(&self) -> Result<(), String> {
+        let ok = (1..=16).contains(&self.mma_warps)
+            && self.mma_depth.is_none_or(|d| (1..=6).contains(&d))
+            && self.mma_min_blocks.is_none_or(|b| (1..=8).contains(&b))
+            && [1, 2, 4, 8].contains(&self.gemm_nt_split)
+            && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
+            && (2..=8).contains(&self.gemm_stages);
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("tuning out of range: {self:?}"))
+        }
+    }
+
+    /// n8 tiles per GEMM block for `parts` activation parts.
+    pub fn gemm_nt(&self, parts: u32) -> u32 {
+        if parts == 2 {
+            self.gemm_nt_split
+        } else {
+            self.gemm_nt_f16
+        }
+    }
+}
+
+/// What a module builds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Build {
+    /// The CUDA-core GEMV, `gemv_s<S>`.
+    Gemv,
+    /// The tensor-core GEMV (`-DTS_MMA=<chunk bytes>`), `gemv_mma_s<S>`.
+    GemvMma(MmaKernel),
+    /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
+    Gemm { mma: MmaKernel, parts: u32 },
+    /// The MoE grouped GEMV over experts of these kernels (variant k = `variants[k]`),
+    /// `moe_gemv`; `s` of the key is the pairs per work item.
+    Moe { variants: Vec<KernelId> },
+}
+
 /// Identity of one compiled module.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModuleKey {
+    /// The format kernel (GEMV, GEMM); unused by [`Build::Moe`].
     pub kernel: KernelId,
-    /// The tensor-core build (`-DTS_MMA=<chunk bytes>`, exporting `gemv_mma_s<S>`), or the
-    /// CUDA-core one (`gemv_s<S>`).
-    pub mma: Option<MmaKernel>,
+    pub build: Build,
+    /// GEMV: the batch; MoE: pairs per work item; GEMM: 0.
     pub s: usize,
     /// `sm_XY`.
     pub arch: String,
     /// The `TS_MUTATE_*` symbol, if any (never set outside mutation tests).
     pub mutation: Option<&'static str>,
+    pub tuning: Tuning,
 }
 
 impl ModuleKey {
     /// The kernel's exported name.
     pub fn function_name(&self) -> String {
-        match self.mma {
-            Some(_) => format!("gemv_mma_s{}", self.s),
-            None => format!("gemv_s{}", self.s),
+        match &self.build {
+            Build::Gemv => format!("gemv_s{}", self.s),
+            Build::GemvMma(_) => format!("gemv_mma_s{}", self.s),
+            Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
+            Build::Moe { .. } => "moe_gemv".to_string(),
         }
     }
 
@@ -77,12 +156,46 @@ impl ModuleKey {
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),
             "-std=c++17".to_string(),
-            format!("-DTS_FMT={}", self.kernel.fmt),
-            format!("-DTS_GS={}", self.kernel.group),
-            format!("-DTS_S={}", self.s),
         ];
-        if let Some(m) = self.mma {
-            o.push(format!("-DTS_MMA={}", m.chunk_bytes));
+        let t = &self.tuning;
+        match &self.build {
+            Build::Gemv => {
+                o.push(format!("-DTS_FMT={}", self.kernel.fmt));
+                o.push(format!("-DTS_GS={}", self.kernel.group));
+                o.push(format!("-DTS_S={}", self.s));
+            }
+            Build::GemvMma(m) => {
+                o.push(format!("-DTS_FMT={}", self.kernel.fmt));
+                o.push(format!("-DTS_GS={}", self.kernel.group));
+                o.push(format!("-DTS_S={}", self.s));
+                o.push(format!("-DTS_MMA={}", m.chunk_bytes));
+                if t.mma_warps != Tuning::default().mma_warps {
+                    o.push(format!("-DTS_MMA_WARPS={}", t.mma_warps));
+                }
+                if let Some(d) = t.mma_depth {
+                    o.push(format!("-DTS_MMA_DEPTH={d}"));
+                }
+                if let Some(b) = t.mma_min_blocks {
+                    o.push(format!("-DTS_MMA_MIN_BLOCKS={b}"));
+                }
+            }
+            Build::Gemm { mma, parts } => {
+                o.push(format!("-DTS_FMT={}", self.kernel.fmt));
+                o.push(format!("-DTS_GS={}", self.kernel.group));
+                o.push(format!("-DTS_MMA={}", mma.chunk_bytes));
+                o.push(format!("-DTS_GEMM={parts}"));
+                o.push(format!("-DTS_GEMM_NT={}", t.gemm_nt(*parts)));
+                o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
+            }
+            Build::Moe { variants } => {
+                o.push(format!("-DTS_MOE={}", self.s));
+                let list: String = variants
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| format!("TS_MOE_CASE({k},{},{})", v.fmt, v.group))
+                    .collect();
+                o.push(format!("-DTS_MOE_LIST={list}"));
+            }
         }
         if let Some(m) = self.mutation {
             o.push(format!("-D{m}"));
@@ -185,10 +298,11 @@ mod tests {
                 fmt: fmt_id::INT4_G,
                 group: 64,
             },
-            mma: None,
+            build: Build::Gemv,
             s: 3,
             arch: arch_of(9, 0),
             mutation: None,
+            tuning: Tuning::default(),
         };
         assert_eq!(key.function_name(), "gemv_s3");
         assert_eq!(
@@ -235,6 +349,62 @@ mod tests {
         // The rows-per-warp rule of the source is layout::rows_per_warp's.
         assert!(GEMV_SOURCE.contains("enum { R = S <= 4 ? 2 : 4 };"));
         assert!(GEMV_SOURCE.contains("__launch_bounds__(128)"));
+        // The GEMM's block shape is layout.rs's.
+        assert!(GEMV_SOURCE.contains(&format!(
+            "#define TS_GEMM_WARPS {}\n",
+            crate::layout::GEMM_WARPS
+        )));
+        assert!(GEMV_SOURCE.contains(&format!(
+            "#define TS_MMA_WARPS {}\n",
+            crate::layout::MMA_WARPS
+        )));
+    }
+
+    #[test]
+    fn gemm_and_moe_builds_name_themselves() {
+        let mut key = ModuleKey {
+            kernel: KernelId {
+                fmt: fmt_id::MQ4_V2,
+                group: 0,
+            },
+            build: Build::Gemm {
+                mma: MmaKernel { chunk_bytes: 8 },
+                parts: 2,
+            },
+            s: 0,
+            arch: arch_of(9, 0),
+            mutation: None,
+            tuning: Tuning::default(),
+        };
+        assert_eq!(key.function_name(), "gemm_p2");
+        let o = key.options();
+        assert!(o.contains(&"-DTS_GEMM=2".to_string()), "{o:?}");
+        assert!(o.contains(&"-DTS_MMA=8".to_string()), "{o:?}");
+        assert!(o.contains(&"-DTS_GEMM_NT=8".to_string()), "{o:?}");
+        key.build = Build::Moe {
+            variants: vec![
+                KernelId {
+                    fmt: fmt_id::INT4_G,
+                    group: 64,
+                },
+                KernelId {
+                    fmt: fmt_id::FP8_F32,
+                    group: 0,
+                },
+            ],
+        };
+        key.s = 4;
+        assert_eq!(key.function_name(), "moe_gemv");
+        assert!(
+            key.options()
+                .contains(&"-DTS_MOE_LIST=TS_MOE_CASE(0,6,64)TS_MOE_CASE(1,9,0)".to_string())
+        );
+        assert!(Tuning::default().check().is_ok());
+        let bad = Tuning {
+            gemm_nt_split: 3,
+            ..Tuning::default()
+        };
+        assert!(bad.check().is_err());
     }
 
     #[cfg(feature = "mutation-test")]

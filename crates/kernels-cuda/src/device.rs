@@ -1,16 +1,19 @@
-//! The CUDA device: probing, tensors uploaded in their stored layout, and GEMV launches.
+//! The CUDA device: probing, tensors uploaded in their stored layout, and the launches:
+//! GEMV (S <= 16), GEMM (S >= 17) and the MoE grouped GEMV.
 //!
 //! Without a GPU every entry returns [`CudaError::Unavailable`]: cudarc's dynamic loader
 //! panics when libcuda is missing, so [`CudaBackend::new`] first asks whether the driver
 //! and NVRTC libraries can be opened at all, and only then makes its first cudarc call
 //! (itself inside `catch_unwind`, should the loader panic on something the probe missed).
 
-use crate::caps::{self, KernelId, MmaKernel, Op};
-use crate::compile::{self, ModuleKey};
+use crate::caps::{self, KernelId, Op};
+use crate::compile::{self, Build, ModuleKey, Tuning};
 use crate::error::CudaError;
-use crate::layout::{self, BLOCK_THREADS, LaunchShape};
+use crate::layout::{self, BLOCK_THREADS, GemmLayout, LaunchShape};
+use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    LaunchConfig, PushKernelArg,
 };
 use quant_core::oracle::POISON;
 use quant_core::{Format, QTensor};
@@ -60,6 +63,7 @@ pub struct CudaBackend {
     name: String,
     functions: Mutex<HashMap<ModuleKey, CudaFunction>>,
     mutation: Option<&'static str>,
+    tuning: Tuning,
 }
 
 /// A weight tensor on the device, in its container's own layout: the weight bytes and the
@@ -121,25 +125,121 @@ pub enum KernelPath {
     CudaCores,
 }
 
+/// How the GEMM represents the activations on the tensor cores (weights are exact in f16
+/// either way).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GemmPrecision {
+    /// x p = hi + lo, two f16 parts (about 22 bits): within 1e-4 of sum |w x| like the GEMV,
+    /// at twice the tensor-core work. The default, and what the capability table promises.
+    Split,
+    /// hi alone: each product w x is off by at most 2^-11 of itself (f16 round-to-nearest),
+    /// so |y - y_ref| <= 2^-11 sum |w x| plus f32 accumulation; declared as
+    /// [`GemmPrecision::tolerance`] 5e-4. Not in the capability table: callers opt in.
+    F16,
+}
+
+impl GemmPrecision {
+    /// Activation parts (B columns per activation).
+    pub fn parts(self) -> u32 {
+        match self {
+            GemmPrecision::Split => 2,
+            GemmPrecision::F16 => 1,
+        }
+    }
+    /// The worst magnitude-relative error (`oracle::worst_error`) this precision promises.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            GemmPrecision::Split => 1e-4,
+            GemmPrecision::F16 => 5e-4,
+        }
+    }
+}
+
+/// Activations [S, I] on the device for a GEMM with one tensor: the f16 parts in the
+/// kernel's tile order ([`layout::gemm_activations`]), or, for shapes the tensor-core kernel
+/// does not take, the padded f32 rows the CUDA-core GEMV kernel reads in batches of 16.
+pub struct DeviceGemmActivations {
+    s: usize,
+    cols: usize,
+    format: Format,
+    rotation_seed: u64,
+    precision: GemmPrecision,
+    input: GemmInput,
+}
+
+enum GemmInput {
+    Tiles {
+        layout: GemmLayout,
+        tiles: usize,
+        padded: usize,
+        xg: CudaSlice<u16>,
+        xa: CudaSlice<f32>,
+    },
+    Rows {
+        x: CudaSlice<f32>,
+    },
+}
+
+impl DeviceGemmActivations {
+    pub fn s(&self) -> usize {
+        self.s
+    }
+    pub fn precision(&self) -> GemmPrecision {
+        self.precision
+    }
+    /// Whether the launch runs on the tensor cores (else the CUDA-core fallback).
+    pub fn uses_tensor_cores(&self) -> bool {
+        matches!(self.input, GemmInput::Tiles { .. })
+    }
+}
+
 impl DeviceActivations {
     pub fn s(&self) -> usize {
         self.s
     }
 }
 
+/// Activations prepared for (format, I, rotation seed) may only meet a tensor they fit.
+fn check_prepared_for(
+    w: &DeviceTensor,
+    format: Format,
+    cols: usize,
+    seed: u64,
+) -> Result<(), CudaError> {
+    let rotation_matches = format.spec().rotation == w.format.spec().rotation
+        && (format.spec().rotation == quant_core::Rotation::None || seed == w.rotation_seed);
+    if cols != w.cols || !rotation_matches {
+        return Err(CudaError::Shape {
+            format: w.format,
+            what: format!(
+                "activations prepared for {format} (I = {cols}, seed {seed}) used with a {} tensor (I = {}, seed {})",
+                w.format, w.cols, w.rotation_seed
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl CudaBackend {
     /// Opens device 0, or says why there is none.
     pub fn new() -> Result<CudaBackend, CudaError> {
-        Self::open(None)
+        Self::open(None, Tuning::default())
+    }
+
+    /// Device 0 with other kernel-shape knobs (benchmarks compare them; results are the
+    /// same, only speed differs).
+    pub fn with_tuning(tuning: Tuning) -> Result<CudaBackend, CudaError> {
+        tuning.check().map_err(|what| CudaError::Input { what })?;
+        Self::open(None, tuning)
     }
 
     /// A backend whose kernels carry a deliberate defect (mutation tests only).
     #[cfg(feature = "mutation-test")]
     pub fn with_mutation(m: crate::compile::Mutation) -> Result<CudaBackend, CudaError> {
-        Self::open(Some(m.define()))
+        Self::open(Some(m.define()), Tuning::default())
     }
 
-    fn open(mutation: Option<&'static str>) -> Result<CudaBackend, CudaError> {
+    fn open(mutation: Option<&'static str>, tuning: Tuning) -> Result<CudaBackend, CudaError> {
         probe_libraries()?;
         let opened = catch_unwind(AssertUnwindSafe(|| -> Result<_, CudaError> {
             let count = CudaContext::device_count()
@@ -164,6 +264,7 @@ impl CudaBackend {
             name,
             functions: Mutex::new(HashMap::new()),
             mutation,
+            tuning,
         })
     }
 
@@ -181,20 +282,37 @@ impl CudaBackend {
         &self.stream
     }
 
-    /// The compiled kernel of `kernel` at batch `s` (NVRTC on first use).
-    fn function(
-        &self,
-        kernel: KernelId,
-        mma: Option<MmaKernel>,
-        s: usize,
-    ) -> Result<CudaFunction, CudaError> {
-        let key = ModuleKey {
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    fn key(&self, kernel: KernelId, build: Build, s: usize) -> ModuleKey {
+        self.key_tuned(kernel, build, s, &self.tuning)
+    }
+
+    fn key_tuned(&self, kernel: KernelId, build: Build, s: usize, tuning: &Tuning) -> ModuleKey {
+        ModuleKey {
             kernel,
-            mma,
+            build,
             s,
             arch: self.arch.clone(),
             mutation: self.mutation,
-        };
+            tuning: tuning.clone(),
+        }
+    }
+
+    /// The compiled kernel of a build (NVRTC on first use).
+    fn function(
+        &self,
+        kernel: KernelId,
+        build: Build,
+        s: usize,
+    ) -> Result<CudaFunction, CudaError> {
+        self.function_of(self.key(kernel, build, s))
+    }
+
+    fn function_of(&self, key: ModuleKey) -> Result<CudaFunction, CudaError> {
+        let kernel = key.kernel;
         let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = map.get(&key) {
             return Ok(f.clone());
@@ -207,28 +325,99 @@ impl CudaBackend {
         let f = module
             .load_function(&key.function_name())
             .map_err(CudaError::driver("finding the kernel in its module"))?;
+        if let Build::Gemm { mma, parts } = &key.build {
+            // The activation stages exceed the 48 KB a block gets without asking.
+            let l = self.gemm_layout(kernel, mma.chunk_bytes, *parts);
+            let bytes =
+                i32::try_from(l.shared_bytes(self.tuning.gemm_stages as usize)).map_err(|_| {
+                    CudaError::Input {
+                        what: format!("GEMM shared memory of {l:?} overflows"),
+                    }
+                })?;
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+            .map_err(CudaError::driver("raising the GEMM's shared memory limit"))?;
+        }
         map.insert(key, f.clone());
         Ok(f)
+    }
+
+    fn gemm_layout(&self, kernel: KernelId, chunk_bytes: u32, parts: u32) -> GemmLayout {
+        GemmLayout {
+            chunk_bytes: chunk_bytes as usize,
+            nibbles: caps::nibble_codes(kernel.fmt),
+            parts: parts as usize,
+            nt: self.tuning.gemm_nt(parts) as usize,
+        }
     }
 
     /// Compiles, in parallel, the GEMV builds of `formats` at batches `batches` (those in
     /// the capability table, CUDA-core and tensor-core), so later launches find them ready.
     pub fn prewarm(&self, formats: &[Format], batches: &[usize]) -> Result<(), CudaError> {
+        self.prewarm_tuned(formats, batches, std::slice::from_ref(&self.tuning))
+    }
+
+    /// [`CudaBackend::prewarm`] for the tensor-core GEMV builds of several tunings too
+    /// (benchmarks comparing them, [`CudaBackend::gemv_launch_tuned`]).
+    pub fn prewarm_tuned(
+        &self,
+        formats: &[Format],
+        batches: &[usize],
+        tunings: &[Tuning],
+    ) -> Result<(), CudaError> {
         let mut keys = Vec::new();
         for &f in formats {
             for &s in batches {
                 if let Ok(cap) = caps::lookup(Op::Gemv, f, s) {
-                    for mma in [None, cap.mma] {
-                        let key = ModuleKey {
-                            kernel: cap.kernel,
-                            mma,
-                            s,
-                            arch: self.arch.clone(),
-                            mutation: self.mutation,
-                        };
+                    let mut builds = vec![(Build::Gemv, &self.tuning)];
+                    for t in tunings {
+                        builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t)));
+                    }
+                    for (b, t) in builds {
+                        let key = self.key_tuned(cap.kernel, b, s, t);
                         if !keys.contains(&key) {
                             keys.push(key);
                         }
+                    }
+                }
+            }
+        }
+        compile::prewarm(&keys)
+    }
+
+    /// Compiles, in parallel, the GEMM builds of `formats` at `precisions`, and the
+    /// CUDA-core GEMV builds its fallback for other shapes uses at `batches` (S = 16 and
+    /// S mod 16).
+    pub fn prewarm_gemm(
+        &self,
+        formats: &[Format],
+        precisions: &[GemmPrecision],
+        batches: &[usize],
+    ) -> Result<(), CudaError> {
+        let mut keys = Vec::new();
+        for &f in formats {
+            let Ok(cap) = caps::lookup(Op::Gemm, f, 17) else {
+                continue;
+            };
+            for &p in precisions {
+                if let Some(mma) = cap.mma {
+                    keys.push(self.key(
+                        cap.kernel,
+                        Build::Gemm {
+                            mma,
+                            parts: p.parts(),
+                        },
+                        0,
+                    ));
+                }
+            }
+            for &s in batches {
+                for chunk in [s.min(16), s % 16] {
+                    let key = self.key(cap.kernel, Build::Gemv, chunk);
+                    if chunk > 0 && !keys.contains(&key) {
+                        keys.push(key);
                     }
                 }
             }
@@ -315,7 +504,8 @@ impl CudaBackend {
         let host = layout::prepare_activations(w.format, w.cols, w.rotation_seed, x, s, x_stride)?;
         let split = match cap.mma_for(w.shape.row_bytes as usize) {
             Some(_) => {
-                let (halves, aux) = layout::split_activations(&host, s, x_stride);
+                let nibbles = caps::nibble_codes(cap.kernel.fmt);
+                let (halves, aux) = layout::split_activations(&host, s, x_stride, nibbles)?;
                 let h = self
                     .stream
                     .clone_htod(&halves)
@@ -372,19 +562,23 @@ impl CudaBackend {
         y: &mut CudaSlice<f32>,
         path: KernelPath,
     ) -> Result<(), CudaError> {
+        self.gemv_launch_tuned(w, x, y, path, &self.tuning)
+    }
+
+    /// [`CudaBackend::gemv_launch_path`] with the tensor-core kernel built with `tuning`'s
+    /// GEMV knobs instead of the backend's (the result is the same; benchmarks compare the
+    /// speed). Refuses a tuning outside [`Tuning::check`].
+    pub fn gemv_launch_tuned(
+        &self,
+        w: &DeviceTensor,
+        x: &DeviceActivations,
+        y: &mut CudaSlice<f32>,
+        path: KernelPath,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        tuning.check().map_err(|what| CudaError::Input { what })?;
         let cap = caps::lookup(Op::Gemv, w.format, x.s)?;
-        let rotation_matches = x.format.spec().rotation == w.format.spec().rotation
-            && (x.format.spec().rotation == quant_core::Rotation::None
-                || x.rotation_seed == w.rotation_seed);
-        if x.cols != w.cols || !rotation_matches {
-            return Err(CudaError::Shape {
-                format: w.format,
-                what: format!(
-                    "activations prepared for {} (I = {}, seed {}) used with a {} tensor (I = {}, seed {})",
-                    x.format, x.cols, x.rotation_seed, w.format, w.cols, w.rotation_seed
-                ),
-            });
-        }
+        check_prepared_for(w, x.format, x.cols, x.rotation_seed)?;
         if y.len() < x.s * w.rows {
             return Err(CudaError::Shape {
                 format: w.format,
@@ -402,10 +596,10 @@ impl CudaBackend {
             KernelPath::CudaCores => None,
         };
         if let (Some(m), Some((xh, xa))) = (mma, &x.split) {
-            let f = self.function(cap.kernel, Some(m), x.s)?;
+            let f = self.function_of(self.key_tuned(cap.kernel, Build::GemvMma(m), x.s, tuning))?;
             let cfg = LaunchConfig {
                 grid_dim: (layout::mma_grid_blocks(w.rows)?, 1, 1),
-                block_dim: (32 * layout::MMA_WARPS, 1, 1),
+                block_dim: (32 * tuning.mma_warps, 1, 1),
                 shared_mem_bytes: 0,
             };
             let mut b = self.stream.launch_builder(&f);
@@ -420,23 +614,48 @@ impl CudaBackend {
                 .arg(&sh.sc_row);
             // SAFETY: the argument list matches gemv.cu's gemv_mma_s<S> (u8*, u8*, u16*, f32*,
             // f32*, i64, i32, i32, i32); `xh` holds 2S x x_stride halves and `xa` S + S x
-            // x_stride / 64 floats (layout::split_activations for this tensor's stride),
+            // x_stride / MMA_SUM_SEGMENT floats (layout::split_activations for this tensor's stride),
             // `y` at least S * rows floats (checked above); the kernel guards rows against
             // `rows`, and `mma_for` admitted only rows made of whole k-blocks, so every
             // weight load stays inside its row.
             unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
             return Ok(());
         }
-        let f = self.function(cap.kernel, None, x.s)?;
+        self.launch_cuda_cores(w, cap.kernel, &x.x.slice(..), x.s, &mut y.slice_mut(..))
+    }
+
+    /// The CUDA-core GEMV kernel of `kernel` over `x` ([s, x_stride] f32) into `y` ([s, O]).
+    fn launch_cuda_cores(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        x: &CudaView<'_, f32>,
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        let need_x = s.checked_mul(sh.x_stride as usize);
+        let need_y = s.checked_mul(w.rows);
+        if need_x.is_none_or(|n| x.len() < n) || need_y.is_none_or(|n| y.len() < n) {
+            return Err(CudaError::Shape {
+                format: w.format,
+                what: format!(
+                    "CUDA-core launch at S={s}: {} activations, {} outputs",
+                    x.len(),
+                    y.len()
+                ),
+            });
+        }
+        let f = self.function(kernel, Build::Gemv, s)?;
         let cfg = LaunchConfig {
-            grid_dim: (layout::grid_blocks(w.rows, x.s)?, 1, 1),
+            grid_dim: (layout::grid_blocks(w.rows, s)?, 1, 1),
             block_dim: (BLOCK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&f);
         b.arg(&w.weights)
             .arg(&w.scales)
-            .arg(&x.x)
+            .arg(x)
             .arg(y)
             .arg(&sh.row_bytes)
             .arg(&sh.rows)
@@ -446,8 +665,8 @@ impl CudaBackend {
         // SAFETY: the argument list matches gemv.cu's kernel signature (u8*, u8*, f32*, f32*,
         // i64, i32, i32, i32, i32); the buffers hold what the kernel reads: `weights` and
         // `scales` the registry's byte counts for [rows, cols] (checked by QTensor), `x`
-        // S * x_stride floats, `y` at least S * rows floats (checked above), and the kernel
-        // guards every row index against `rows` and every byte against `row_bytes`.
+        // S * x_stride floats, `y` at least S * rows floats (both checked above), and the
+        // kernel guards every row index against `rows` and every byte against `row_bytes`.
         unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
         Ok(())
     }
@@ -477,5 +696,364 @@ impl CudaBackend {
             .synchronize()
             .map_err(CudaError::driver("waiting for the GEMV"))?;
         Ok(out)
+    }
+
+    fn read_back(&self, y: &CudaSlice<f32>, during: &'static str) -> Result<Vec<f32>, CudaError> {
+        let out = self
+            .stream
+            .clone_dtoh(y)
+            .map_err(CudaError::driver("reading the output"))?;
+        self.stream
+            .synchronize()
+            .map_err(CudaError::driver(during))?;
+        Ok(out)
+    }
+
+    // ---- GEMM ----------------------------------------------------------------------------
+
+    /// Rotates, pads, splits and uploads activations `x` ([s, I], logical domain) for GEMMs
+    /// with `w` at `precision`, in the layout the kernel that will serve the shape reads.
+    pub fn upload_gemm_activations(
+        &self,
+        w: &DeviceTensor,
+        x: &[f32],
+        s: usize,
+        precision: GemmPrecision,
+    ) -> Result<DeviceGemmActivations, CudaError> {
+        let cap = caps::lookup(Op::Gemm, w.format, s)?;
+        let x_stride = w.shape.x_stride as usize;
+        let host = layout::prepare_activations(w.format, w.cols, w.rotation_seed, x, s, x_stride)?;
+        let up = |what: &'static str| CudaError::driver(what);
+        let input = match cap.mma_for(w.shape.row_bytes as usize) {
+            Some(m) => {
+                let l = self.gemm_layout(cap.kernel, m.chunk_bytes, precision.parts());
+                let (halves, aux) = layout::gemm_activations(&host, s, x_stride, &l)?;
+                GemmInput::Tiles {
+                    layout: l,
+                    tiles: l.tiles(s),
+                    padded: l.padded(s),
+                    xg: self
+                        .stream
+                        .clone_htod(&halves)
+                        .map_err(up("uploading activations"))?,
+                    xa: self
+                        .stream
+                        .clone_htod(&aux)
+                        .map_err(up("uploading activations"))?,
+                }
+            }
+            None => GemmInput::Rows {
+                x: self
+                    .stream
+                    .clone_htod(&host)
+                    .map_err(up("uploading activations"))?,
+            },
+        };
+        Ok(DeviceGemmActivations {
+            s,
+            cols: w.cols,
+            format: w.format,
+            rotation_seed: w.rotation_seed,
+            precision,
+            input,
+        })
+    }
+
+    /// Enqueues y[S, O] = x . W^T for S >= 17 (asynchronous; the caller syncs): the
+    /// tensor-core GEMM where the rows are whole k-blocks, else the CUDA-core GEMV kernel
+    /// in batches of 16.
+    pub fn gemm_launch(
+        &self,
+        w: &DeviceTensor,
+        x: &DeviceGemmActivations,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let cap = caps::lookup(Op::Gemm, w.format, x.s)?;
+        check_prepared_for(w, x.format, x.cols, x.rotation_seed)?;
+        let n_out = x.s.checked_mul(w.rows).ok_or_else(|| CudaError::Shape {
+            format: w.format,
+            what: format!("S={} x O={} overflows", x.s, w.rows),
+        })?;
+        if y.len() < n_out {
+            return Err(CudaError::Shape {
+                format: w.format,
+                what: format!(
+                    "output holds {} values, expected S={} x O={}",
+                    y.len(),
+                    x.s,
+                    w.rows
+                ),
+            });
+        }
+        let sh = w.shape;
+        match &x.input {
+            GemmInput::Tiles {
+                layout: l,
+                tiles,
+                padded,
+                xg,
+                xa,
+            } => {
+                let Some(mma) = cap.mma_for(sh.row_bytes as usize) else {
+                    return Err(CudaError::Shape {
+                        format: w.format,
+                        what: "tensor-core activations for a shape without the tensor-core GEMM"
+                            .into(),
+                    });
+                };
+                if l.nt != self.tuning.gemm_nt(l.parts as u32) as usize {
+                    return Err(CudaError::Shape {
+                        format: w.format,
+                        what: "activations prepared by a backend with another GEMM tiling".into(),
+                    });
+                }
+                let parts = l.parts as u32;
+                let f = self.function(cap.kernel, Build::Gemm { mma, parts }, 0)?;
+                let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt)?;
+                let shared = l.shared_bytes(self.tuning.gemm_stages as usize);
+                let cfg = LaunchConfig {
+                    grid_dim: (gx, gy, 1),
+                    block_dim: (32 * layout::GEMM_WARPS, 1, 1),
+                    shared_mem_bytes: u32::try_from(shared).map_err(|_| CudaError::Input {
+                        what: format!("GEMM shared memory {shared} overflows"),
+                    })?,
+                };
+                let small = |v: usize, what: &str| {
+                    i32::try_from(v).map_err(|_| CudaError::Shape {
+                        format: w.format,
+                        what: format!("{what} = {v} exceeds the kernel's 32-bit index"),
+                    })
+                };
+                let (s_arg, tiles_arg, padded_arg) = (
+                    small(x.s, "S")?,
+                    small(*tiles, "column tiles")?,
+                    small(*padded, "padded S")?,
+                );
+                let mut b = self.stream.launch_builder(&f);
+                b.arg(&w.weights)
+                    .arg(&w.scales)
+                    .arg(xg)
+                    .arg(xa)
+                    .arg(y)
+                    .arg(&sh.row_bytes)
+                    .arg(&sh.rows)
+                    .arg(&s_arg)
+                    .arg(&sh.x_stride)
+                    .arg(&sh.sc_row)
+                    .arg(&tiles_arg)
+                    .arg(&padded_arg);
+                // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*,
+                // f32*, i64, i32, i32, i32, i32, i32, i32). `xg` holds tiles * 8 * x_stride
+                // halves and `xa` padded * (1 + x_stride / MMA_SUM_SEGMENT) floats for this tensor's
+                // stride (layout::gemm_activations with the same layout the kernel was built
+                // for: checked above); the grid covers tiles / nt column blocks exactly; `y`
+                // holds S * rows floats (checked above) and the kernel writes only s < S,
+                // row < O; `mma_for` admitted only rows made of whole k-blocks, so every
+                // weight load stays inside its row; the dynamic shared memory is what the
+                // function's attribute was raised to.
+                unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMM"))?;
+            }
+            GemmInput::Rows { x: xr } => {
+                let xs = sh.x_stride as usize;
+                let mut k = 0;
+                while k < x.s {
+                    let n = (x.s - k).min(16);
+                    let xv = xr.slice(k * xs..(k + n) * xs);
+                    let mut yv = y.slice_mut(k * w.rows..(k + n) * w.rows);
+                    self.launch_cuda_cores(w, cap.kernel, &xv, n, &mut yv)?;
+                    k += n;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// y[S, O] = x[S, I] . W^T for S >= 17 at the default ([`GemmPrecision::Split`]) precision,
+    /// `x` in the logical domain; the output is poisoned before the launch.
+    pub fn gemm(&self, w: &DeviceTensor, x: &[f32], s: usize) -> Result<Vec<f32>, CudaError> {
+        self.gemm_with(w, x, s, GemmPrecision::Split)
+    }
+
+    /// [`CudaBackend::gemm`] at a chosen precision.
+    pub fn gemm_with(
+        &self,
+        w: &DeviceTensor,
+        x: &[f32],
+        s: usize,
+        precision: GemmPrecision,
+    ) -> Result<Vec<f32>, CudaError> {
+        let xa = self.upload_gemm_activations(w, x, s, precision)?;
+        let mut y = self.poisoned_output(w, s)?;
+        self.gemm_launch(w, &xa, &mut y)?;
+        self.read_back(&y, "waiting for the GEMM")
+    }
+
+    // ---- MoE -----------------------------------------------------------------------------
+
+    /// The MoE grouped GEMV: for every (token, expert) pair p of top-k routing,
+    /// y[p, :] = W_expert x[token, :], in one launch. `experts` share [O, I] but may each
+    /// have their own format, group size and rotation; `x` is [tokens, I] in the logical
+    /// domain. Returns y [pairs, O] in the order of `pairs`.
+    ///
+    /// Pairs are grouped by expert into work items of up to [`layout::MOE_PAIRS`] tokens,
+    /// so an expert's weights are read once per item; the kernel switches per item to the
+    /// (format, group) kernel of its expert (the CUDA-core GEMV kernels, compiled into one
+    /// module for the set of kernels the call needs). Experts with no pairs cost nothing.
+    pub fn moe_gemv(
+        &self,
+        experts: &[&DeviceTensor],
+        pairs: &[(usize, usize)],
+        x: &[f32],
+        tokens: usize,
+    ) -> Result<Vec<f32>, CudaError> {
+        let input = |what: String| CudaError::Input { what };
+        let first = experts
+            .first()
+            .ok_or_else(|| input("MoE GEMV with no experts".into()))?;
+        let (rows, cols) = (first.rows, first.cols);
+        if let Some((k, e)) = experts
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.rows != rows || e.cols != cols)
+        {
+            return Err(input(format!(
+                "expert {k} is [{}, {}], expert 0 [{rows}, {cols}]: experts must share a shape",
+                e.rows, e.cols
+            )));
+        }
+        if tokens.checked_mul(cols) != Some(x.len()) {
+            return Err(input(format!(
+                "activations hold {} values, expected {tokens} tokens x I = {cols}",
+                x.len()
+            )));
+        }
+        if let Some(&(t, e)) = pairs
+            .iter()
+            .find(|&&(t, e)| t >= tokens || e >= experts.len())
+        {
+            return Err(input(format!(
+                "pair (token {t}, expert {e}) outside {tokens} tokens, {} experts",
+                experts.len()
+            )));
+        }
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The (format, group) kernel of each expert, and the call's distinct kernels.
+        let kernels: Vec<KernelId> = experts
+            .iter()
+            .map(|e| caps::lookup(Op::Gemv, e.format, 1).map(|c| c.kernel))
+            .collect::<Result<_, _>>()?;
+        let mut variants = kernels.clone();
+        variants.sort();
+        variants.dedup();
+        let variant_of = |k: &KernelId| variants.iter().position(|v| v == k).unwrap_or(0);
+
+        // Work items: per expert, its pairs in chunks of MOE_PAIRS.
+        let mut items: Vec<i32> = Vec::new();
+        let mut item_rows: Vec<(usize, Vec<usize>)> = Vec::new();
+        let to_i32 = |v: usize, what: &str| {
+            i32::try_from(v).map_err(|_| input(format!("{what} {v} exceeds 32 bits")))
+        };
+        for e in 0..experts.len() {
+            let mine: Vec<usize> = (0..pairs.len()).filter(|&p| pairs[p].1 == e).collect();
+            for chunk in mine.chunks(layout::MOE_PAIRS) {
+                items.push(to_i32(e, "expert")?);
+                for k in 0..7 {
+                    items.push(match chunk.get(k) {
+                        Some(&p) => to_i32(p, "pair")?,
+                        None => -1,
+                    });
+                }
+                item_rows.push((e, chunk.to_vec()));
+            }
+        }
+        let n_items = item_rows.len();
+        if n_items > 65535 {
+            return Err(input(format!(
+                "{} pairs need {n_items} work items; one launch takes at most 65535",
+                pairs.len()
+            )));
+        }
+        // Each item's activations in its expert's stored domain, zero rows for empty slots.
+        let xs = first.shape.x_stride as usize;
+        let per_item = layout::MOE_PAIRS * xs;
+        let mut xh = vec![0f32; n_items * per_item];
+        for (k, (e, chunk)) in item_rows.iter().enumerate() {
+            let ex = experts[*e];
+            for (slot, &p) in chunk.iter().enumerate() {
+                let t = pairs[p].0;
+                let row = layout::prepare_activations(
+                    ex.format,
+                    cols,
+                    ex.rotation_seed,
+                    &x[t * cols..(t + 1) * cols],
+                    1,
+                    xs,
+                )?;
+                let at = k * per_item + slot * xs;
+                xh[at..at + xs].copy_from_slice(&row);
+            }
+        }
+        // Per-expert descriptors: weights, scales, row bytes, (variant << 32) | sc_row.
+        let mut desc: Vec<u64> = Vec::with_capacity(4 * experts.len());
+        for (e, k) in experts.iter().zip(&kernels) {
+            let (wp, _w_sync) = e.weights.device_ptr(&self.stream);
+            let (sp, _s_sync) = e.scales.device_ptr(&self.stream);
+            desc.push(wp);
+            desc.push(sp);
+            desc.push(e.shape.row_bytes as u64);
+            desc.push(((variant_of(k) as u64) << 32) | (e.shape.sc_row as u32 as u64));
+        }
+        let f = self.function(
+            KernelId { fmt: 0, group: 0 },
+            Build::Moe { variants },
+            layout::MOE_PAIRS,
+        )?;
+        let up = CudaError::driver("uploading the MoE work list");
+        let d_desc = self.stream.clone_htod(&desc).map_err(up)?;
+        let d_items = self
+            .stream
+            .clone_htod(&items)
+            .map_err(CudaError::driver("uploading the MoE work list"))?;
+        let d_x = self
+            .stream
+            .clone_htod(&xh)
+            .map_err(CudaError::driver("uploading activations"))?;
+        let n_out = pairs
+            .len()
+            .checked_mul(rows)
+            .ok_or_else(|| input(format!("{} pairs x O = {rows} overflows", pairs.len())))?;
+        let mut y = self
+            .stream
+            .clone_htod(&vec![POISON; n_out])
+            .map_err(CudaError::driver("allocating the output"))?;
+        let sh = first.shape;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                layout::grid_blocks(rows, layout::MOE_PAIRS)?,
+                n_items as u32,
+                1,
+            ),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&d_desc)
+            .arg(&d_items)
+            .arg(&d_x)
+            .arg(&mut y)
+            .arg(&sh.rows)
+            .arg(&sh.cols)
+            .arg(&sh.x_stride);
+        // SAFETY: the argument list matches gemv.cu's moe_gemv (u64*, i32*, f32*, f32*, i32,
+        // i32, i32). Every descriptor names a live device tensor of `experts` (borrowed for
+        // this call, which synchronizes before returning) with its own row bytes and scale
+        // count, and a variant index of the module's TS_MOE_LIST; every item names an
+        // expert < experts.len() and pair indices < pairs.len() or -1; `d_x` holds
+        // items x MOE_PAIRS x x_stride floats; `y` pairs x O floats. The kernels guard rows
+        // against O and bytes against each expert's row bytes.
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the MoE GEMV"))?;
+        self.read_back(&y, "waiting for the MoE GEMV")
     }
 }

@@ -22,6 +22,9 @@ pub enum CudaError {
     /// Caller buffers or dimensions that do not match the tensor.
     #[error("{format}: {what}")]
     Shape { format: Format, what: String },
+    /// Caller input that names no single tensor (e.g. a MoE call's expert list).
+    #[error("{what}")]
+    Input { what: String },
     #[error(transparent)]
     Quant(#[from] QuantError),
     /// A CUDA driver call failed.

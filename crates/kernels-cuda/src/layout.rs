@@ -28,8 +28,16 @@ pub const MMA_WARPS: u32 = 8;
 /// Rows of one tensor-core block (one m16n8k16 tile).
 pub const MMA_TILE_ROWS: usize = 16;
 /// Columns of one segment of the split activation's sums (a k-block of the 4-bit affine
-/// formats).
-pub const MMA_SUM_SEGMENT: usize = 64;
+/// formats; gemv.cu `TS_SUM_SEG`).
+pub const MMA_SUM_SEGMENT: usize = 128;
+
+/// Warps of a GEMM block (gemv.cu `TS_GEMM_WARPS`); each owns 32 rows.
+pub const GEMM_WARPS: u32 = 8;
+/// Rows of one GEMM block.
+pub const GEMM_BLOCK_ROWS: usize = 32 * GEMM_WARPS as usize;
+/// Pairs of a MoE work item (gemv.cu `TS_MOE`): tokens routed to one expert, computed
+/// together so its weights are read once per item.
+pub const MOE_PAIRS: usize = 4;
 
 /// Rows one warp owns at batch `s`: gemv.cu's `RowsPerWarp<S>::R`, which must agree.
 pub fn rows_per_warp(s: usize) -> usize {
@@ -94,6 +102,28 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
     })
 }
 
+/// The power of two p of one activation row (max |x p| in [2^14, 2^15), clamped so 1/p
+/// stays a normal f32) and the row's f16 parts: x_hi = f16(x p), x_lo = f16(x p - x_hi).
+fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    // max in [2^e, 2^(e+1)) -> p = 2^(14 - e).
+    let p = if max > 0.0 && max.is_finite() {
+        let e = max.log2().floor() as i32;
+        2f64.powi((14 - e).clamp(-100, 100))
+    } else {
+        1.0
+    };
+    let parts = row.iter().map(move |&v| {
+        let scaled = v as f64 * p;
+        let hi = half::f16::from_f64(scaled);
+        (
+            hi.to_bits(),
+            half::f16::from_f64(scaled - hi.to_f64()).to_bits(),
+        )
+    });
+    (p, parts)
+}
+
 /// Prepared activations ([s, x_stride], from [`prepare_activations`]) split for the
 /// tensor-core kernels, which multiply f16 operands exactly but cannot take f32.
 ///
@@ -103,35 +133,179 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
 /// relative, and the kernel's two MMA columns sum to y p.
 ///
 /// Returns `halves`: [2 s, x_stride] f16 bits, row 2k = x_hi of activation k, row 2k + 1 =
-/// x_lo; and `aux`: [s] 1/p, then [s, x_stride / 64] sums of x p over 64-column segments
-/// (for the affine formats' zero term), rounded once from f64.
-pub fn split_activations(xp: &[f32], s: usize, x_stride: usize) -> (Vec<u16>, Vec<f32>) {
+/// x_lo; and `aux`: [s] 1/p, then [s, x_stride / MMA_SUM_SEGMENT] sums of x p over
+/// segments (for the affine formats' zero term), rounded once from f64. With `nibbles`
+/// (4-bit formats, whose decoded words pair columns j and j + 4), each aligned group of 8
+/// columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B fragments are words as
+/// loaded (gemv.cu `mma_b`).
+pub fn split_activations(
+    xp: &[f32],
+    s: usize,
+    x_stride: usize,
+    nibbles: bool,
+) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
+    check_prepared(xp, s, x_stride)?;
     let segs = x_stride / MMA_SUM_SEGMENT;
     let mut halves = vec![0u16; 2 * s * x_stride];
     let mut aux = vec![0f32; s + s * segs];
     for (k, row) in xp.chunks_exact(x_stride).take(s).enumerate() {
-        let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-        // max in [2^e, 2^(e+1)) -> p = 2^(14 - e); clamped so 1/p stays a normal f32.
-        let p = if max > 0.0 && max.is_finite() {
-            let e = max.log2().floor() as i32;
-            2f64.powi((14 - e).clamp(-100, 100))
-        } else {
-            1.0
-        };
+        let (p, parts) = split_row(row);
         aux[k] = (1.0 / p) as f32;
         let (hi_row, lo_row) =
             halves[2 * k * x_stride..(2 * k + 2) * x_stride].split_at_mut(x_stride);
-        for (i, &v) in row.iter().enumerate() {
-            let scaled = v as f64 * p;
-            let hi = half::f16::from_f64(scaled);
-            hi_row[i] = hi.to_bits();
-            lo_row[i] = half::f16::from_f64(scaled - hi.to_f64()).to_bits();
+        for (i, (hi, lo)) in parts.enumerate() {
+            let at = if nibbles { nibble_order(i) } else { i };
+            hi_row[at] = hi;
+            lo_row[at] = lo;
         }
         for (g, seg) in row.chunks_exact(MMA_SUM_SEGMENT).enumerate() {
             aux[s + k * segs + g] = seg.iter().map(|&v| v as f64 * p).sum::<f64>() as f32;
         }
     }
-    (halves, aux)
+    Ok((halves, aux))
+}
+
+/// Prepared activations must be whole padded rows ([`prepare_activations`]): the layouts
+/// permute within aligned groups of 8 columns and sum whole segments.
+fn check_prepared(xp: &[f32], s: usize, x_stride: usize) -> Result<(), CudaError> {
+    let whole = s.checked_mul(x_stride).is_some_and(|n| n <= xp.len());
+    if x_stride == 0 || !x_stride.is_multiple_of(X_STRIDE_ALIGN) || !whole {
+        return Err(CudaError::Input {
+            what: format!(
+                "prepared activations: {} values for S = {s} rows of stride {x_stride} (a multiple of {X_STRIDE_ALIGN})",
+                xp.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Where column `i` is stored when each aligned group of 8 columns is laid out as
+/// 0, 4, 1, 5, 2, 6, 3, 7 (the column pairs a decoded nibble word makes).
+pub fn nibble_order(i: usize) -> usize {
+    let e = i % 8;
+    i - e + 2 * (e % 4) + e / 4
+}
+
+/// How the GEMM kernel of one tensor reads its activations: the tensor-core chunk
+/// (`chunk_bytes`, and whether codes are nibbles: two columns a byte), the activation
+/// parts P (2: hi + lo, 1: hi) and the n8 tiles a block takes (`nt`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct GemmLayout {
+    pub chunk_bytes: usize,
+    pub nibbles: bool,
+    pub parts: usize,
+    pub nt: usize,
+}
+
+impl GemmLayout {
+    /// Refuses a layout no GEMM build has (chunk 4, 8 or 16 bytes; 1 or 2 parts; 1, 2, 4
+    /// or 8 n8 tiles), whose arithmetic below would divide by zero or misplace columns.
+    pub fn check(&self) -> Result<(), CudaError> {
+        let ok = [4, 8, 16].contains(&self.chunk_bytes)
+            && [1, 2].contains(&self.parts)
+            && [1, 2, 4, 8].contains(&self.nt);
+        if ok {
+            Ok(())
+        } else {
+            Err(CudaError::Input {
+                what: format!("no GEMM build has the layout {self:?}"),
+            })
+        }
+    }
+
+    fn cpb(&self) -> usize {
+        if self.nibbles { 2 } else { 1 }
+    }
+    /// Columns of one stage (gemv.cu GemmShape::SC): 16 bytes of a row per lane.
+    pub fn stage_cols(&self) -> usize {
+        64 * self.cpb()
+    }
+    /// n8 tiles of B columns for `s` activations, padded to whole blocks.
+    pub fn tiles(&self, s: usize) -> usize {
+        (self.parts * s).div_ceil(8).next_multiple_of(self.nt)
+    }
+    /// Activations the padded tiles hold.
+    pub fn padded(&self, s: usize) -> usize {
+        8 * self.tiles(s) / self.parts
+    }
+    /// Bytes of dynamic shared memory of a block with `stages` stages.
+    pub fn shared_bytes(&self, stages: usize) -> usize {
+        stages * self.nt * self.stage_cols() * 8 * 2
+    }
+    /// Offset (in halves) of B column `n`, column `i` in the GEMM's activation buffer of
+    /// `tiles` n8 tiles (gemv.cu's GEMM comment): per stage, per n8 tile, per (k-block, quad),
+    /// per (g, t) 8 halves in fragment order.
+    pub fn offset(&self, n: usize, i: usize, tiles: usize) -> usize {
+        let cpb = self.cpb();
+        let sc = self.stage_cols();
+        let lane_cols = self.chunk_bytes * cpb; // columns of one lane's chunk
+        let kbc = 4 * lane_cols; // columns of a k-block
+        let nq = lane_cols / 8;
+        let (st, ii) = (i / sc, i % sc);
+        let (kb, c) = (ii / kbc, ii % kbc);
+        let (t, cw) = (c / lane_cols, c % lane_cols);
+        let (q, e) = (cw / 8, cw % 8);
+        // Nibble words pair columns (j, j + 4) of each quad (gemv.cu mma_decode).
+        let pos = if self.nibbles { nibble_order(e) } else { e };
+        let (nt, g) = (n / 8, n % 8);
+        (st * tiles + nt) * (sc * 8) + (((kb * nq + q) * 8 + g) * 4 + t) * 8 + pos
+    }
+}
+
+/// Prepared activations ([s, x_stride]) laid out for the GEMM kernel (see [`GemmLayout`]):
+/// `parts` f16 parts per activation (as [`split_activations`]), B column n = parts * s +
+/// part, padded with zero columns to whole blocks. Returns the halves, and `aux`: [sp] 1/p
+/// (1 for padding), then [sp, x_stride / MMA_SUM_SEGMENT] sums over segments, where sp =
+/// `l.padded(s)`: of x p with two parts, of the rounded x_hi with one, so that the affine
+/// formats' zero term sees the same activation as their MMA (with exact sums, a large zero
+/// cancelling a large scale * q would expose the rounding of x_hi beyond 2^-11 of |w x|).
+pub fn gemm_activations(
+    xp: &[f32],
+    s: usize,
+    x_stride: usize,
+    l: &GemmLayout,
+) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
+    check_prepared(xp, s, x_stride)?;
+    l.check()?;
+    let tiles = l.tiles(s);
+    let sp = l.padded(s);
+    let segs = x_stride / MMA_SUM_SEGMENT;
+    let mut halves = vec![0u16; tiles * 8 * x_stride];
+    let mut aux = vec![0f32; sp + sp * segs];
+    aux[..sp].fill(1.0);
+    for (k, row) in xp.chunks_exact(x_stride).take(s).enumerate() {
+        let (p, parts) = split_row(row);
+        aux[k] = (1.0 / p) as f32;
+        let mut seg_sum = vec![0f64; segs];
+        for (i, (hi, lo)) in parts.enumerate() {
+            halves[l.offset(l.parts * k, i, tiles)] = hi;
+            if l.parts == 2 {
+                halves[l.offset(2 * k + 1, i, tiles)] = lo;
+                seg_sum[i / MMA_SUM_SEGMENT] += row[i] as f64 * p;
+            } else {
+                seg_sum[i / MMA_SUM_SEGMENT] += half::f16::from_bits(hi).to_f64();
+            }
+        }
+        for (g, v) in seg_sum.into_iter().enumerate() {
+            aux[sp + k * segs + g] = v as f32;
+        }
+    }
+    Ok((halves, aux))
+}
+
+/// CUDA blocks of a GEMM launch: (row blocks, activation blocks).
+pub fn gemm_grid(rows: usize, tiles: usize, nt: usize) -> Result<(u32, u32), CudaError> {
+    let too_big = || CudaError::Shape {
+        format: Format::F32,
+        what: format!("a GEMM over {rows} rows and {tiles} column tiles exceeds the grid"),
+    };
+    let x = u32::try_from(rows.div_ceil(GEMM_BLOCK_ROWS)).map_err(|_| too_big())?;
+    let y = tiles / nt;
+    if y == 0 || y > 65535 {
+        return Err(too_big());
+    }
+    Ok((x, y as u32))
 }
 
 /// Rotates `x` ([s, cols], logical domain) into `format`'s stored domain and lays it out as
@@ -220,7 +394,7 @@ mod tests {
         for v in &mut x[cols..] {
             *v *= 1e6; // beyond f16's range before scaling
         }
-        let (h, aux) = split_activations(&x, 2, cols);
+        let (h, aux) = split_activations(&x, 2, cols, false).unwrap();
         assert_eq!(h.len(), 2 * 2 * cols);
         assert_eq!(aux.len(), 2 + 2 * cols / MMA_SUM_SEGMENT);
         for k in 0..2 {
@@ -244,6 +418,89 @@ mod tests {
             }
             let got = aux[2 + k * (cols / MMA_SUM_SEGMENT)] as f64;
             assert!((got - seg0).abs() <= 1e-6 * seg0.abs().max(1.0), "k={k}");
+        }
+    }
+
+    /// The GEMM layout is a permutation: every (B column, column) of the padded buffer has
+    /// its own slot, and the 8 columns of a lane's quad are 16 contiguous bytes.
+    #[test]
+    fn gemm_layout_is_a_permutation() {
+        for (chunk_bytes, nibbles) in [(16, true), (8, true), (4, true), (16, false)] {
+            for parts in [1, 2] {
+                let l = GemmLayout {
+                    chunk_bytes,
+                    nibbles,
+                    parts,
+                    nt: 4,
+                };
+                let (s, xs) = (9, 1024);
+                let tiles = l.tiles(s);
+                assert_eq!(tiles % 4, 0);
+                assert!(l.padded(s) >= s);
+                let mut seen = vec![false; tiles * 8 * xs];
+                for n in 0..tiles * 8 {
+                    for i in 0..xs {
+                        let o = l.offset(n, i, tiles);
+                        assert!(!seen[o], "{l:?} n={n} i={i}");
+                        seen[o] = true;
+                        // A quad's 8 columns share one 16-byte slot.
+                        assert_eq!(o / 8, l.offset(n, i - i % 8, tiles) / 8, "{l:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_activations_split_like_the_gemv() {
+        let mut rng = Rng::new(5);
+        let (s, xs) = (3, 1024);
+        let x = activations(&mut rng, s, xs);
+        let (h, aux) = split_activations(&x, s, xs, false).unwrap();
+        let l = GemmLayout {
+            chunk_bytes: 8,
+            nibbles: true,
+            parts: 2,
+            nt: 8,
+        };
+        let (g, gaux) = gemm_activations(&x, s, xs, &l).unwrap();
+        let (tiles, sp) = (l.tiles(s), l.padded(s));
+        assert_eq!(sp, 32);
+        for k in 0..s {
+            assert_eq!(gaux[k], aux[k]);
+            for i in 0..xs {
+                assert_eq!(g[l.offset(2 * k, i, tiles)], h[2 * k * xs + i]);
+                assert_eq!(g[l.offset(2 * k + 1, i, tiles)], h[(2 * k + 1) * xs + i]);
+            }
+            let segs = xs / MMA_SUM_SEGMENT;
+            for seg in 0..segs {
+                assert_eq!(gaux[sp + k * segs + seg], aux[s + k * segs + seg]);
+            }
+        }
+        assert!(gaux[s..sp].iter().all(|&v| v == 1.0));
+        let one = GemmLayout { parts: 1, ..l };
+        let (g1, _) = gemm_activations(&x, s, xs, &one).unwrap();
+        assert!(gemm_activations(&x, s, 1000, &one).is_err());
+        assert!(gemm_activations(&x, s, xs, &GemmLayout { nt: 0, ..one }).is_err());
+        assert!(split_activations(&x, s + 1, xs, true).is_err());
+        assert_eq!(g1[one.offset(2, 5, one.tiles(s))], h[2 * 2 * xs + 5]);
+    }
+
+    #[test]
+    fn nibble_order_pairs_columns_j_and_j_plus_4() {
+        let order: Vec<usize> = (0..16).map(nibble_order).collect();
+        assert_eq!(
+            order,
+            [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15]
+        );
+        let mut rng = Rng::new(9);
+        let x = activations(&mut rng, 1, 1024);
+        let (plain, a) = split_activations(&x, 1, 1024, false).unwrap();
+        let (perm, b) = split_activations(&x, 1, 1024, true).unwrap();
+        assert_eq!(a, b);
+        for i in 0..1024 {
+            assert_eq!(perm[nibble_order(i)], plain[i]);
+            assert_eq!(perm[1024 + nibble_order(i)], plain[1024 + i]);
         }
     }
 

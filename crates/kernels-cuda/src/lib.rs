@@ -4,9 +4,11 @@
 //! - [`backend`]: the tier as a `quant_core::capability::Backend` (conformance, test matrix).
 //! - [`layout`]: host-side launch arguments and activation preparation (rotation, padding).
 //! - [`compile`]: NVRTC builds of `shaders/cuda/gemv.cu`, cached per process.
-//! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV.
+//! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV,
+//!   GEMM and the MoE grouped GEMV.
 //!
-//! GEMV runs S = 1..16 for every registry format (docs/CUDA.md). libcuda and libnvrtc are
+//! GEMV runs S = 1..16 for every registry format; GEMM S >= 17 for the formats with a
+//! tensor-core kernel; the MoE grouped GEMV any mix of formats (docs/CUDA.md). libcuda and libnvrtc are
 //! loaded at run time, so the crate builds anywhere; where no GPU exists every entry returns
 //! [`CudaError::Unavailable`] ("no CUDA device: ...") and nothing panics.
 
@@ -21,5 +23,8 @@ pub use backend::CudaConformance;
 pub use caps::{CAPABILITIES, Capability, Op};
 #[cfg(feature = "mutation-test")]
 pub use compile::Mutation;
-pub use device::{CudaBackend, DeviceActivations, DeviceTensor, KernelPath};
+pub use compile::Tuning;
+pub use device::{
+    CudaBackend, DeviceActivations, DeviceGemmActivations, DeviceTensor, GemmPrecision, KernelPath,
+};
 pub use error::CudaError;

@@ -1,7 +1,9 @@
-//! The CUDA GEMV conformance suite, run on a GPU: every format of the capability table,
-//! S in {1, 2, 3, 4, 8, 16} (and 1..=16 for a few), edge shapes, fresh random data (the seed
-//! is printed; `TESSERA_SEED` replays it), outputs poisoned before each launch, compared
-//! with quant-core's f64 oracle at magnitude-relative error <= 1e-4.
+//! The CUDA conformance suite, run on a GPU: every GEMV format of the capability table at
+//! S in {1, 2, 3, 4, 8, 16} (and 1..=16 for a few), every GEMM format at S in {17, 40, 128,
+//! 300} and both precisions, the MoE grouped GEMV per pair over mixed formats; edge shapes,
+//! fresh random data (the seed is printed; `TESSERA_SEED` replays it), outputs poisoned
+//! before each launch, compared with quant-core's f64 oracle at magnitude-relative error
+//! <= 1e-4 (the GEMM's opt-in `GemmPrecision::F16`: its declared 5e-4).
 //!
 //! Without a GPU every test prints "skipped: no CUDA device: <why>" and passes.
 //!
@@ -11,10 +13,14 @@
 
 mod common;
 
-use common::{S_LIST, check, format_rng, formats_under_test, inputs, run_seed, shapes, tensor};
+use common::{
+    S_LIST, check, check_at, format_rng, formats_under_test, gemm_formats_under_test, gemm_shapes,
+    inputs, run_seed, shapes, tensor,
+};
 use kernels_cuda::caps::{self, Op};
-use kernels_cuda::{CudaBackend, CudaError, KernelPath, Mutation};
-use quant_core::Format;
+use kernels_cuda::{CudaBackend, CudaError, GemmPrecision, KernelPath, Mutation};
+use quant_core::testdata::Rng;
+use quant_core::{EncodedTensor, Format};
 use std::sync::OnceLock;
 
 /// Formats run at every S in 1..=16 (the others at S_LIST).
@@ -25,6 +31,13 @@ const EVERY_BATCH_FORMATS: [Format; 5] = [
     Format::Mq4G256V2,
     Format::F16,
 ];
+
+/// Runs a prewarm, printing its time; a compile error fails the test.
+fn warm(f: impl FnOnce() -> Result<(), CudaError>) {
+    let t = std::time::Instant::now();
+    f().unwrap_or_else(|e| panic!("{e}"));
+    println!("NVRTC builds ready in {:.1} s", t.elapsed().as_secs_f64());
+}
 
 /// The process's backend, or None (after printing why) when there is no GPU.
 fn backend() -> Option<&'static CudaBackend> {
@@ -39,24 +52,7 @@ fn backend() -> Option<&'static CudaBackend> {
         _ => CudaBackend::new(),
     });
     match b {
-        Ok(b) => {
-            static WARM: OnceLock<()> = OnceLock::new();
-            WARM.get_or_init(|| {
-                let t = std::time::Instant::now();
-                // Exactly the builds the tests below launch, compiled on all cores up front.
-                let every: Vec<usize> = (1..=16).collect();
-                let batch_formats: Vec<Format> = formats_under_test()
-                    .into_iter()
-                    .filter(|f| EVERY_BATCH_FORMATS.contains(f))
-                    .collect();
-                b.prewarm(&formats_under_test(), &S_LIST)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                b.prewarm(&batch_formats, &every)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                println!("NVRTC builds ready in {:.1} s", t.elapsed().as_secs_f64());
-            });
-            Some(b)
-        }
+        Ok(b) => Some(b),
         Err(CudaError::Unavailable { why }) => {
             println!("skipped: {why}");
             None
@@ -110,6 +106,9 @@ fn every_format_matches_the_oracle() {
         b.device_name(),
         b.arch()
     );
+    // Each test compiles exactly its own builds, on all cores, before it starts (a mutation
+    // run executes one or two tests, and should not compile the others' builds).
+    warm(|| b.prewarm(&formats_under_test(), &S_LIST));
     let mut failures = Vec::new();
     for format in formats_under_test() {
         let (worst, f) = run(b, format, &shapes(format), &S_LIST, seed);
@@ -133,8 +132,7 @@ fn every_batch_from_1_to_16() {
     let seed = run_seed();
     println!("seed {seed}");
     let batches: Vec<usize> = (1..=16).collect();
-    b.prewarm(&EVERY_BATCH_FORMATS, &batches)
-        .unwrap_or_else(|e| panic!("{e}"));
+    warm(|| b.prewarm(&EVERY_BATCH_FORMATS, &batches));
     let mut failures = Vec::new();
     for format in EVERY_BATCH_FORMATS {
         if !formats_under_test().contains(&format) {
@@ -212,4 +210,225 @@ fn outside_the_table_is_refused() {
         b.gemv(&dt, &[1.0; 63], 1),
         Err(CudaError::Shape { .. })
     ));
+}
+
+/// GEMM batches: just past the GEMV, a partial activation block, and two larger ones.
+const GEMM_S: [usize; 4] = [17, 40, 128, 300];
+
+#[test]
+fn gemm_matches_the_oracle() {
+    let Some(b) = backend() else { return };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let precisions = [GemmPrecision::Split, GemmPrecision::F16];
+    warm(|| b.prewarm_gemm(&gemm_formats_under_test(), &precisions, &GEMM_S));
+    let mut failures = Vec::new();
+    for format in gemm_formats_under_test() {
+        let mut rng = format_rng(seed ^ 0x6E33, format);
+        let mut worst = [0f64; 2];
+        let mut fallback_worst = 0f64;
+        // The tensor-core shapes, plus the suite's edge shapes (odd I, partial groups),
+        // which run the CUDA-core fallback.
+        let mut all = gemm_shapes(format);
+        all.extend(
+            shapes(format)
+                .into_iter()
+                .filter(|&(r, c)| r * c <= 300_000),
+        );
+        for (rows, cols) in all {
+            let t = tensor(format, rows, cols, &mut rng);
+            let dt = b
+                .upload(&t.view())
+                .unwrap_or_else(|e| panic!("upload {format}: {e}"));
+            for s in GEMM_S {
+                let x = inputs(s, cols, &mut rng);
+                for (k, precision) in [GemmPrecision::Split, GemmPrecision::F16]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let xa = b
+                        .upload_gemm_activations(&dt, &x, s, precision)
+                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                    let tc = xa.uses_tensor_cores();
+                    if !tc && precision == GemmPrecision::F16 {
+                        continue; // the fallback ignores the precision
+                    }
+                    let y = b
+                        .gemm_with(&dt, &x, s, precision)
+                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                    match check_at(&t, &x, s, &y, precision.tolerance()) {
+                        Ok(e) if tc => worst[k] = worst[k].max(e),
+                        Ok(e) => fallback_worst = fallback_worst.max(e),
+                        Err(msg) => {
+                            failures.push(format!("{msg} (GEMM {precision:?}, tensor cores {tc})"))
+                        }
+                    }
+                }
+            }
+        }
+        println!(
+            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} (CUDA-core fallback)",
+            worst[0], worst[1], fallback_worst
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn gemm_fp8_nan_poisons_exactly_its_row() {
+    let Some(b) = backend() else { return };
+    let seed = run_seed();
+    println!("seed {seed}");
+    for format in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        if !formats_under_test().contains(&format) {
+            continue;
+        }
+        let mut rng = format_rng(seed, format);
+        let (rows, cols) = (131, 1024);
+        let mut t = tensor(format, rows, cols, &mut rng);
+        t.weights[5 * cols + 17] = 0x7F;
+        t.weights[130 * cols + cols - 1] = 0xFF;
+        let dt = b.upload(&t.view()).unwrap();
+        let s = 40;
+        let x = inputs(s, cols, &mut rng);
+        for precision in [GemmPrecision::Split, GemmPrecision::F16] {
+            let y = b.gemm_with(&dt, &x, s, precision).unwrap();
+            check_at(&t, &x, s, &y, precision.tolerance()).unwrap_or_else(|m| panic!("{m}"));
+            for k in 0..s {
+                for o in 0..rows {
+                    assert_eq!(
+                        y[k * rows + o].is_nan(),
+                        o == 5 || o == 130,
+                        "{format} {precision:?} s={k} o={o}: {}",
+                        y[k * rows + o]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_outside_the_table_is_refused() {
+    assert!(caps::lookup(Op::Gemm, Format::Int4G64, 16).is_err());
+    assert!(caps::lookup(Op::Gemm, Format::Mxfp4, 64).is_err());
+    let Some(b) = backend() else { return };
+    let mut rng = format_rng(2, Format::Int4G64);
+    let t = tensor(Format::Int4G64, 4, 128, &mut rng);
+    let dt = b.upload(&t.view()).unwrap();
+    assert!(matches!(
+        b.gemm(&dt, &[1.0; 16 * 128], 16),
+        Err(CudaError::NotImplemented { .. })
+    ));
+    let m = tensor(Format::Mxfp4, 4, 128, &mut rng);
+    let dm = b.upload(&m.view()).unwrap();
+    assert!(matches!(
+        b.gemm(&dm, &[1.0; 32 * 128], 32),
+        Err(CudaError::NotImplemented { .. })
+    ));
+    assert!(matches!(
+        b.gemm(&dt, &[1.0; 63], 17),
+        Err(CudaError::Shape { .. })
+    ));
+}
+
+/// Experts of mixed formats (grouped, tiled, rotated affine, row-scaled, CUDA-core only),
+/// [O, I] shared.
+const MOE_FORMATS: [Format; 7] = [
+    Format::Int4G64,
+    Format::Fp8E4m3B128,
+    Format::Mq4G256V2,
+    Format::Int8Row,
+    Format::Mxfp4,
+    Format::Int4G128,
+    Format::Mq4K,
+];
+
+/// Top-k routing: each token picks k distinct experts among the first `used` (the rest
+/// get no pairs), in random order.
+fn route(rng: &mut Rng, tokens: usize, k: usize, used: usize) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for t in 0..tokens {
+        let mut chosen: Vec<usize> = Vec::new();
+        while chosen.len() < k {
+            let e = (rng.next_u64() % used as u64) as usize;
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        pairs.extend(chosen.into_iter().map(|e| (t, e)));
+    }
+    // Shuffle, so pairs of one expert are not adjacent.
+    for i in (1..pairs.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        pairs.swap(i, j);
+    }
+    pairs
+}
+
+#[test]
+fn moe_gemv_matches_the_oracle_per_pair() {
+    let Some(b) = backend() else { return };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let mut rng = Rng::new(seed ^ 0x30E);
+    let mut worst = 0f64;
+    for (rows, cols, tokens, k) in [(300, 1024, 13, 2), (64, 512, 1, 1), (1000, 768, 40, 4)] {
+        // Two experts of each format, so formats repeat across experts; the last two get
+        // no pairs.
+        let mut host: Vec<EncodedTensor> = Vec::new();
+        for f in MOE_FORMATS.iter().chain(MOE_FORMATS.iter()) {
+            host.push(tensor(*f, rows, cols, &mut rng));
+        }
+        let dev: Vec<_> = host.iter().map(|t| b.upload(&t.view()).unwrap()).collect();
+        let experts: Vec<_> = dev.iter().collect();
+        let used = experts.len() - 2;
+        let pairs = route(&mut rng, tokens, k, used);
+        let x = inputs(tokens, cols, &mut rng);
+        let y = b
+            .moe_gemv(&experts, &pairs, &x, tokens)
+            .unwrap_or_else(|e| panic!("MoE [{rows}, {cols}]: {e}"));
+        assert_eq!(y.len(), pairs.len() * rows);
+        for (p, &(t, e)) in pairs.iter().enumerate() {
+            let xt = &x[t * cols..(t + 1) * cols];
+            let got = &y[p * rows..(p + 1) * rows];
+            let err = check(&host[e], xt, 1, got).unwrap_or_else(|m| {
+                panic!(
+                    "MoE pair {p} (token {t}, expert {e}, {}): {m}",
+                    host[e].format
+                )
+            });
+            worst = worst.max(err);
+        }
+    }
+    println!("MoE grouped GEMV: worst error {worst:.2e} over mixed formats");
+}
+
+#[test]
+fn moe_gemv_refuses_bad_calls() {
+    let Some(b) = backend() else { return };
+    let mut rng = format_rng(3, Format::Int4G64);
+    let a = b
+        .upload(&tensor(Format::Int4G64, 8, 256, &mut rng).view())
+        .unwrap();
+    let c = b
+        .upload(&tensor(Format::Int4G64, 8, 512, &mut rng).view())
+        .unwrap();
+    let x = vec![1.0; 2 * 256];
+    // No experts, mismatched shapes, pairs out of range, wrong activation length.
+    assert!(b.moe_gemv(&[], &[(0, 0)], &x, 2).is_err());
+    assert!(b.moe_gemv(&[&a, &c], &[(0, 0)], &x, 2).is_err());
+    assert!(b.moe_gemv(&[&a], &[(2, 0)], &x, 2).is_err());
+    assert!(b.moe_gemv(&[&a], &[(0, 1)], &x, 2).is_err());
+    assert!(b.moe_gemv(&[&a], &[(0, 0)], &x[..300], 2).is_err());
+    // No pairs: nothing to compute.
+    assert_eq!(b.moe_gemv(&[&a], &[], &x, 2).unwrap(), Vec::<f32>::new());
+    // The same token twice through one expert gives the same row twice.
+    let y = b.moe_gemv(&[&a], &[(1, 0), (1, 0)], &x, 2).unwrap();
+    assert_eq!(y[..8], y[8..]);
 }

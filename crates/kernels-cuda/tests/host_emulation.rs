@@ -4,22 +4,29 @@
 //! device suite. It exercises all format-specific decoding and indexing without a GPU (the
 //! warp shuffle reduction and the launch itself are covered only on the device).
 //!
+//! The GEMM kernel runs the same way: each block's activation stages copied in turn, each
+//! warp's 32 lanes at once, the MMA fragments gathered and multiplied in C++.
+//!
 //! It also shows, here, that each deliberate defect the device mutation runs use
-//! (TS_MUTATE_*) makes the comparison fail for every format it applies to.
+//! (TS_MUTATE_*) makes the comparison fail for every format it applies to, on the GEMV
+//! kernels and on the GEMM.
 //!
 //! Needs a C++17 compiler (`$CXX`, else `c++`); without one it prints "skipped" and passes.
 
 mod common;
 
 use common::{
-    S_LIST, TOLERANCE, check, format_rng, formats_under_test, inputs, run_seed, shapes, tensor,
+    S_LIST, TOLERANCE, check, check_at, format_rng, formats_under_test, gemm_formats_under_test,
+    gemm_shapes, inputs, run_seed, shapes, tensor,
 };
 use kernels_cuda::caps::{self, Op, fmt_id};
-use kernels_cuda::layout;
+use kernels_cuda::layout::{self, GemmLayout};
+use kernels_cuda::{GemmPrecision, Tuning};
 use quant_core::oracle::{POISON, reference_gemm, worst_error};
 use quant_core::{EncodedTensor, Format, ScaleLayout};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 type EmuFn = unsafe extern "C" fn(
     i32,
@@ -59,13 +66,51 @@ type EmuMmaFn = unsafe extern "C" fn(
     i32,
 ) -> i32;
 
+type EmuGemmFn = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    *const u8,
+    i64,
+    *const u8,
+    i64,
+    *const u16,
+    i64,
+    *const f32,
+    i64,
+    *mut f32,
+    i64,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+) -> i32;
+
 struct Emulator {
     _lib: libloading::Library,
     f: EmuFn,
     mma: EmuMmaFn,
+    gemm: EmuGemmFn,
 }
 
 impl Emulator {
+    /// The process's emulator of `tag`, built on first use. Tests run in parallel and share
+    /// one build per tag: two compilers writing the same library at once would race.
+    fn get(tag: &str, defines: &[&str]) -> Option<&'static Emulator> {
+        static BUILT: Mutex<Vec<(String, Option<&'static Emulator>)>> = Mutex::new(Vec::new());
+        let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, e)) = built.iter().find(|(t, _)| t == tag) {
+            return *e;
+        }
+        let e = Emulator::build(tag, defines).map(|e| &*Box::leak(Box::new(e)));
+        built.push((tag.to_string(), e));
+        e
+    }
+
     /// Builds the harness with the given extra `-D` symbols; `None` when no compiler exists.
     fn build(tag: &str, defines: &[&str]) -> Option<Emulator> {
         let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -118,7 +163,18 @@ impl Emulator {
             *lib.get::<EmuMmaFn>(b"ts_emu_gemv_mma\0")
                 .expect("ts_emu_gemv_mma symbol")
         };
-        Some(Emulator { _lib: lib, f, mma })
+        // SAFETY: ts_emu_gemm is declared `extern "C"` in harness.cpp with exactly
+        // EmuGemmFn's parameter list.
+        let gemm = unsafe {
+            *lib.get::<EmuGemmFn>(b"ts_emu_gemm\0")
+                .expect("ts_emu_gemm symbol")
+        };
+        Some(Emulator {
+            _lib: lib,
+            f,
+            mma,
+            gemm,
+        })
     }
 
     /// y[S, O] of `t` at activations `x` (logical domain), through the kernels' own host
@@ -169,7 +225,8 @@ impl Emulator {
         let xs = sh.x_stride as usize;
         let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
             .expect("activations");
-        let (xh, xa) = layout::split_activations(&xp, s, xs);
+        let (xh, xa) = layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
+            .expect("split");
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
@@ -198,6 +255,61 @@ impl Emulator {
         Some(y)
     }
 
+    /// The GEMM kernel's y at `precision` with `nt` n8 tiles a block, where the capability
+    /// table has a GEMM row and the shape takes the tensor-core kernel.
+    fn gemm(
+        &self,
+        t: &EncodedTensor,
+        x: &[f32],
+        s: usize,
+        precision: GemmPrecision,
+        nt: usize,
+    ) -> Option<Vec<f32>> {
+        let cap = caps::lookup(Op::Gemm, t.format, s).ok()?;
+        let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
+        let m = cap.mma_for(sh.row_bytes as usize)?;
+        let xs = sh.x_stride as usize;
+        let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
+            .expect("activations");
+        let l = GemmLayout {
+            chunk_bytes: m.chunk_bytes as usize,
+            nibbles: caps::nibble_codes(cap.kernel.fmt),
+            parts: precision.parts() as usize,
+            nt,
+        };
+        let (xg, xa) = layout::gemm_activations(&xp, s, xs, &l).expect("GEMM layout");
+        let mut y = vec![POISON; s * t.rows];
+        // SAFETY: every pointer comes with its length; the harness copies the inputs into
+        // aligned buffers and writes exactly S * O outputs into `y`.
+        let rc = unsafe {
+            (self.gemm)(
+                cap.kernel.fmt as i32,
+                cap.kernel.group as i32,
+                m.chunk_bytes as i32,
+                l.parts as i32,
+                nt as i32,
+                t.weights.as_ptr(),
+                t.weights.len() as i64,
+                t.scales.as_ptr(),
+                t.scales.len() as i64,
+                xg.as_ptr(),
+                xg.len() as i64,
+                xa.as_ptr(),
+                xa.len() as i64,
+                y.as_mut_ptr(),
+                sh.row_bytes,
+                sh.rows,
+                s as i32,
+                sh.x_stride,
+                sh.sc_row,
+                l.tiles(s) as i32,
+                l.padded(s) as i32,
+            )
+        };
+        assert_eq!(rc, 0, "emulator refused the GEMM of {} S={s}", t.format);
+        Some(y)
+    }
+
     /// Every kernel that serves this shape: the CUDA-core one, and the tensor-core one
     /// where it applies.
     fn all_paths(&self, t: &EncodedTensor, x: &[f32], s: usize) -> Vec<(&'static str, Vec<f32>)> {
@@ -211,7 +323,7 @@ impl Emulator {
 
 #[test]
 fn every_format_matches_the_oracle() {
-    let Some(emu) = Emulator::build("clean", &[]) else {
+    let Some(emu) = Emulator::get("clean", &[]) else {
         return;
     };
     let seed = run_seed();
@@ -251,7 +363,7 @@ fn every_format_matches_the_oracle() {
 
 #[test]
 fn fp8_nan_poisons_exactly_its_row() {
-    let Some(emu) = Emulator::build("clean", &[]) else {
+    let Some(emu) = Emulator::get("clean", &[]) else {
         return;
     };
     let seed = run_seed();
@@ -276,6 +388,103 @@ fn fp8_nan_poisons_exactly_its_row() {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the tensor-core GEMM serves this tensor (else the CUDA-core fallback would).
+fn takes_tensor_core_gemm(t: &EncodedTensor) -> bool {
+    let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
+    caps::lookup(Op::Gemm, t.format, 17).is_ok_and(|c| c.mma_for(sh.row_bytes as usize).is_some())
+}
+
+/// The GEMM configurations the emulator runs: the library's default tiling for both
+/// precisions, and the split precision with the F16 path's narrower tiling.
+fn gemm_configs() -> Vec<(GemmPrecision, usize)> {
+    let t = Tuning::default();
+    vec![
+        (GemmPrecision::Split, t.gemm_nt(2) as usize),
+        (GemmPrecision::F16, t.gemm_nt(1) as usize),
+        (GemmPrecision::Split, 4),
+    ]
+}
+
+#[test]
+fn gemm_matches_the_oracle() {
+    let Some(emu) = Emulator::get("clean", &[]) else {
+        return;
+    };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for format in gemm_formats_under_test() {
+        let mut rng = format_rng(seed, format);
+        let mut worst = [0f64; 3];
+        let mut shapes_run = 0;
+        for (rows, cols) in gemm_shapes(format) {
+            let t = tensor(format, rows, cols, &mut rng);
+            if !takes_tensor_core_gemm(&t) {
+                continue;
+            }
+            shapes_run += 1;
+            for s in [17, 100] {
+                let x = inputs(s, cols, &mut rng);
+                for (k, (precision, nt)) in gemm_configs().into_iter().enumerate() {
+                    let y = emu.gemm(&t, &x, s, precision, nt).unwrap_or_else(|| {
+                        panic!("{format} [{rows}, {cols}]: no tensor-core GEMM")
+                    });
+                    runs += 1;
+                    match check_at(&t, &x, s, &y, precision.tolerance()) {
+                        Ok(e) => worst[k] = worst[k].max(e),
+                        Err(msg) => failures.push(format!("{msg} ({precision:?}, nt {nt})")),
+                    }
+                }
+            }
+        }
+        assert!(shapes_run >= 3, "{format}: only {shapes_run} GEMM shapes");
+        println!(
+            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} (split, nt 4)",
+            worst[0], worst[1], worst[2]
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn gemm_fp8_nan_poisons_exactly_its_row() {
+    let Some(emu) = Emulator::get("clean", &[]) else {
+        return;
+    };
+    let seed = run_seed();
+    println!("seed {seed}");
+    for format in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        let mut rng = format_rng(seed, format);
+        let (rows, cols) = (131, 1024);
+        let mut t = tensor(format, rows, cols, &mut rng);
+        t.weights[5 * cols + 17] = 0x7F;
+        t.weights[130 * cols + cols - 1] = 0xFF;
+        let s = 20;
+        let x = inputs(s, cols, &mut rng);
+        for (precision, nt) in gemm_configs() {
+            let y = emu
+                .gemm(&t, &x, s, precision, nt)
+                .expect("tensor-core GEMM");
+            check_at(&t, &x, s, &y, precision.tolerance()).unwrap();
+            for k in 0..s {
+                for o in 0..rows {
+                    assert_eq!(
+                        y[k * rows + o].is_nan(),
+                        o == 5 || o == 130,
+                        "{format} {precision:?} s={k} o={o}"
+                    );
                 }
             }
         }
@@ -316,7 +525,7 @@ fn each_mutation_breaks_every_format_it_touches() {
         "TS_MUTATE_GROUP_OFF_BY_ONE",
         "TS_MUTATE_SCALE_1PCT",
     ] {
-        let Some(emu) = Emulator::build(&define.to_lowercase(), &[define]) else {
+        let Some(emu) = Emulator::get(&define.to_lowercase(), &[define]) else {
             return;
         };
         for format in formats_under_test()
@@ -333,6 +542,25 @@ fn each_mutation_breaks_every_format_it_touches() {
                 assert!(
                     w.error > TOLERANCE,
                     "{define} went unnoticed on {format} ({path}, error {:.2e})",
+                    w.error
+                );
+            }
+            // The GEMM, where the format has one, at both precisions.
+            let s = 20;
+            let x = inputs(s, cols, &mut rng);
+            let reference = reference_gemm(&t.view(), &x, s);
+            for (precision, nt) in gemm_configs() {
+                let Some(y) = emu.gemm(&t, &x, s, precision, nt) else {
+                    continue;
+                };
+                let w = worst_error(&y, &reference);
+                println!(
+                    "{define} {format:<22} gemm {precision:?}/{nt} error {:.2e}",
+                    w.error
+                );
+                assert!(
+                    w.error > precision.tolerance(),
+                    "{define} went unnoticed on {format} (GEMM {precision:?}, error {:.2e})",
                     w.error
                 );
             }

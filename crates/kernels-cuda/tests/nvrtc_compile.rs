@@ -4,9 +4,80 @@
 //! machine; elsewhere it prints "skipped" and passes.
 
 use kernels_cuda::Mutation;
-use kernels_cuda::caps::CAPABILITIES;
-use kernels_cuda::compile::{self, ModuleKey, arch_of};
+use kernels_cuda::caps::{CAPABILITIES, KernelId, Op, fmt_id};
+use kernels_cuda::compile::{self, Build, ModuleKey, Tuning, arch_of};
 use std::collections::HashSet;
+
+/// Every build a capability row can ask for, at one S per GEMV row (all S with `every_s`).
+fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for c in CAPABILITIES {
+        match c.op {
+            Op::Gemv => {
+                let ss: Vec<usize> = if every_s {
+                    (c.constraint.s_min..=c.constraint.s_max).collect()
+                } else {
+                    vec![3]
+                };
+                for s in ss {
+                    let mut b = vec![Build::Gemv];
+                    b.extend(c.mma.map(Build::GemvMma));
+                    for build in b {
+                        if seen.insert((c.kernel, build.clone(), s)) {
+                            out.push((c.kernel, build, s));
+                        }
+                    }
+                }
+            }
+            Op::Gemm => {
+                for parts in [1, 2] {
+                    let mma = c.mma.expect("every GEMM row has a tensor-core kernel");
+                    let build = Build::Gemm { mma, parts };
+                    if seen.insert((c.kernel, build.clone(), 0)) {
+                        out.push((c.kernel, build, 0));
+                    }
+                }
+            }
+        }
+    }
+    // A MoE module over a mix of every kernel family.
+    let variants = vec![
+        KernelId {
+            fmt: fmt_id::INT4_G,
+            group: 64,
+        },
+        KernelId {
+            fmt: fmt_id::FP8_F32,
+            group: 0,
+        },
+        KernelId {
+            fmt: fmt_id::MQ4_V2,
+            group: 0,
+        },
+        KernelId {
+            fmt: fmt_id::MQ4K,
+            group: 0,
+        },
+        KernelId {
+            fmt: fmt_id::E8,
+            group: 0,
+        },
+    ];
+    out.push((variants[0], Build::Moe { variants }, 4));
+    out
+}
+
+fn key(kernel: KernelId, build: Build, s: usize, mutation: Option<&'static str>) -> ModuleKey {
+    ModuleKey {
+        kernel,
+        build,
+        s,
+        arch: arch_of(9, 0),
+        mutation,
+        tuning: Tuning::default(),
+    }
+}
 
 #[test]
 fn every_build_compiles_for_sm90() {
@@ -14,39 +85,27 @@ fn every_build_compiles_for_sm90() {
         println!("skipped: {e}");
         return;
     }
-    let kernels: HashSet<_> = CAPABILITIES
-        .iter()
-        .flat_map(|c| {
-            [
-                (c.kernel, None, c.constraint),
-                (c.kernel, c.mma, c.constraint),
-            ]
-        })
-        .collect();
     let mut n = 0;
-    for (kernel, mma, constraint) in kernels {
-        for s in constraint.s_min..=constraint.s_max {
-            let key = ModuleKey {
-                kernel,
-                mma,
-                s,
-                arch: arch_of(9, 0),
-                mutation: None,
+    for (kernel, build, s) in builds(true) {
+        let key = key(kernel, build, s, None);
+        let ptx = compile::ptx(&key).unwrap_or_else(|e| panic!("{e}"));
+        let src = ptx.to_src();
+        assert!(
+            src.contains(&format!(".entry {}", key.function_name())),
+            "{key:?}"
+        );
+        // TESSERA_PTX_DUMP=<dir>: keep the PTX, e.g. for `ptxas -v` register counts.
+        if let Ok(dir) = std::env::var("TESSERA_PTX_DUMP") {
+            let tag = match &key.build {
+                Build::Gemv => String::new(),
+                Build::GemvMma(m) => format!("_mma{}", m.chunk_bytes),
+                Build::Gemm { mma, parts } => format!("_gemm{}_p{parts}", mma.chunk_bytes),
+                Build::Moe { .. } => "_moe".to_string(),
             };
-            let ptx = compile::ptx(&key).unwrap_or_else(|e| panic!("{e}"));
-            let src = ptx.to_src();
-            assert!(
-                src.contains(&format!(".entry {}", key.function_name())),
-                "{key:?}"
-            );
-            // TESSERA_PTX_DUMP=<dir>: keep the PTX, e.g. for `ptxas -v` register counts.
-            if let Ok(dir) = std::env::var("TESSERA_PTX_DUMP") {
-                let tag = mma.map_or(String::new(), |m| format!("_mma{}", m.chunk_bytes));
-                let name = format!("fmt{}_g{}{tag}_s{s}.ptx", kernel.fmt, kernel.group);
-                std::fs::write(std::path::Path::new(&dir).join(name), &src).expect("write PTX");
-            }
-            n += 1;
+            let name = format!("fmt{}_g{}{tag}_s{}.ptx", kernel.fmt, kernel.group, key.s);
+            std::fs::write(std::path::Path::new(&dir).join(name), &src).expect("write PTX");
         }
+        n += 1;
     }
     println!("{n} builds compiled");
 }
@@ -62,15 +121,9 @@ fn mutated_builds_compile() {
         Mutation::GroupOffByOne,
         Mutation::Scale1Pct,
     ] {
-        for (c, mma) in CAPABILITIES.iter().flat_map(|c| [(c, None), (c, c.mma)]) {
-            let key = ModuleKey {
-                kernel: c.kernel,
-                mma,
-                s: 3,
-                arch: arch_of(9, 0),
-                mutation: Some(m.define()),
-            };
-            compile::ptx(&key).unwrap_or_else(|e| panic!("{e}"));
+        for (kernel, build, s) in builds(false) {
+            compile::ptx(&key(kernel, build, s, Some(m.define())))
+                .unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }
@@ -87,20 +140,27 @@ fn compile_time_sample() {
         .iter()
         .filter(|c| c.kernel.group == 0 || c.kernel.group == 64)
     {
-        for s in [1, 16] {
+        let builds: Vec<(Build, usize)> = match c.op {
+            Op::Gemv => [1, 16]
+                .into_iter()
+                .map(|s| (c.mma.map_or(Build::Gemv, Build::GemvMma), s))
+                .collect(),
+            Op::Gemm => c
+                .mma
+                .map(|mma| (Build::Gemm { mma, parts: 2 }, 0))
+                .into_iter()
+                .collect(),
+        };
+        for (build, s) in builds {
             // A mutation symbol nobody tests for makes a build the cache has not seen.
-            let key = ModuleKey {
-                kernel: c.kernel,
-                mma: c.mma,
-                s,
-                arch: arch_of(9, 0),
-                mutation: Some("TS_TIMING_SAMPLE"),
-            };
+            let key = key(c.kernel, build, s, Some("TS_TIMING_SAMPLE"));
             let t = std::time::Instant::now();
             compile::ptx(&key).unwrap_or_else(|e| panic!("{e}"));
             println!(
-                "{:<22} S={s:<2} {:.2} s",
+                "{:<22} {:?} {} S={s:<2} {:.2} s",
                 c.format,
+                c.op,
+                key.function_name(),
                 t.elapsed().as_secs_f64()
             );
         }

@@ -5,6 +5,7 @@
 //! loads libcuda at run time and reports "unavailable: why" without a GPU) under one name.
 
 pub use container_io;
+pub use engine;
 pub use kernels_cuda;
 pub use quant_core;
 pub use quant_core::{EncodedTensor, Format, QTensor, QuantError, decode, encode, gemm};

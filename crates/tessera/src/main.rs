@@ -125,6 +125,8 @@ enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Greedy decoding with the engine: token ids, tokens/s, fallback summary.
+    Run(run_cmd::RunArgs),
     /// Run quant_core::gemm against the f64 oracle on a random activation, per tensor.
     Verify {
         file: PathBuf,
@@ -173,6 +175,7 @@ macro_rules! out {
 
 mod gguf_cmd;
 mod quality;
+mod run_cmd;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -246,6 +249,7 @@ fn main() -> ExitCode {
             seed,
         }),
         Cmd::ImportGguf { input, output } => gguf_cmd::import(&input, &output),
+        Cmd::Run(args) => run_cmd::run(args),
         Cmd::Verify {
             file,
             s,

@@ -80,9 +80,20 @@ pub fn inputs(s: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
 
 /// Compares `y` ([S, O]) with the f64 oracle; `Err` names the worst output.
 pub fn check(t: &EncodedTensor, x: &[f32], s: usize, y: &[f32]) -> Result<f64, String> {
+    check_at(t, x, s, y, TOLERANCE)
+}
+
+/// [`check`] at another tolerance (the GEMM's `GemmPrecision::F16`).
+pub fn check_at(
+    t: &EncodedTensor,
+    x: &[f32],
+    s: usize,
+    y: &[f32],
+    tolerance: f64,
+) -> Result<f64, String> {
     let r = reference_gemm(&t.view(), x, s);
     let w = worst_error(y, &r);
-    if w.error <= TOLERANCE {
+    if w.error <= tolerance {
         Ok(w.error)
     } else {
         let (k, o) = (w.index / t.rows, w.index % t.rows);
@@ -90,6 +101,27 @@ pub fn check(t: &EncodedTensor, x: &[f32], s: usize, y: &[f32]) -> Result<f64, S
             "{} [{}, {}] S={s}: error {:.3e} at s={k}, o={o}: got {}, want {} (magnitude {:.3e})",
             t.format, t.rows, t.cols, w.error, y[w.index], r.y[w.index], r.magnitude[w.index]
         ))
+    }
+}
+
+/// Formats with a GEMM row, narrowed like [`formats_under_test`].
+pub fn gemm_formats_under_test() -> Vec<Format> {
+    let gemm = caps::formats(Op::Gemm);
+    formats_under_test()
+        .into_iter()
+        .filter(|f| gemm.contains(f))
+        .collect()
+}
+
+/// GEMM shapes [O, I] for the tensor-core kernel: several 256-row blocks with a partial
+/// one, a single row shorter than a stage, and (I = 1984) a partial last stage where the
+/// format's k-blocks allow it; callers skip a shape the tensor-core kernel does not take
+/// (I = 1984 for the 64-byte k-blocks), which `gemm_shapes_cover_every_format` bounds.
+pub fn gemm_shapes(format: Format) -> Vec<(usize, usize)> {
+    if format.spec().whole_blocks_only {
+        vec![(300, 768), (1, 256), (33, 1280)]
+    } else {
+        vec![(300, 1024), (1, 128), (33, 1984), (33, 1920)]
     }
 }
 

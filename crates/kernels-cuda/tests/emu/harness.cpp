@@ -132,7 +132,7 @@ static int run_mma_s(int S, const MArgs& a, float* y) {
     }
 }
 
-// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 64] segment sums (layout.rs).
+// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 128] segment sums (layout.rs).
 // Returns 0, -1 for a (format, group, chunk) with no tensor-core build, -2 for an S not built.
 extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64 wlen, const u8* sc, i64 sclen,
                                const unsigned short* xh, i64 xhlen, const float* xa, i64 xalen, float* y, i64 rb,
@@ -152,18 +152,101 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
     TS_EMU_MMA(TS_FMT_INT4_ROW, 0, 16)
     TS_EMU_MMA(TS_FMT_INT4_G, 32, 4)
     TS_EMU_MMA(TS_FMT_INT4_G, 64, 8)
+    TS_EMU_MMA(TS_FMT_INT4_G, 96, 4)
     TS_EMU_MMA(TS_FMT_INT4_G, 128, 16)
+    TS_EMU_MMA(TS_FMT_INT4_G, 192, 8)
     TS_EMU_MMA(TS_FMT_INT4_G, 256, 16)
     TS_EMU_MMA(TS_FMT_INT8_ROW, 0, 16)
     TS_EMU_MMA(TS_FMT_FP8_F32, 0, 16)
     TS_EMU_MMA(TS_FMT_FP8_UE8M0, 0, 16)
-    TS_EMU_MMA(TS_FMT_HFQ4, 0, 8)
-    TS_EMU_MMA(TS_FMT_MQ4_V2, 0, 8)
-    TS_EMU_MMA(TS_FMT_MQ4C, 0, 8)
+    TS_EMU_MMA(TS_FMT_HFQ4, 0, 16)
+    TS_EMU_MMA(TS_FMT_MQ4_V2, 0, 16)
+    TS_EMU_MMA(TS_FMT_MQ4C, 0, 16)
 #undef TS_EMU_MMA
     std::free((void*)a.w);
     std::free((void*)a.sc);
     std::free((void*)a.xh);
     std::free((void*)a.xa);
+    return rc;
+}
+
+// ---- the GEMM: each block's stages in turn (the stage copy as one "thread"), each warp's
+// 32 lanes at once, as the device runs them between its barriers ----
+
+template <int FMT, int GS, int CBT, int P, int NTW>
+static void run_gemm(const GArgs& a, float* y) {
+    typedef GemmShape<FMT, CBT> G;
+    const i64 nkb = mma_kblocks<FMT, CBT>(a.m), nst = (nkb + G::U - 1) / G::U;
+    u8* smem = (u8*)std::aligned_alloc(256, (size_t)(NTW * G::TILE));
+    typedef float Acc[32][2][NTW][4];
+    Acc* acc = (Acc*)std::malloc(sizeof(Acc) * TS_GEMM_WARPS);
+    for (int rb0 = 0; rb0 < a.m.O; rb0 += 32 * TS_GEMM_WARPS)
+        for (int nt0 = 0; nt0 < a.nbt; nt0 += NTW) {
+            std::memset(acc, 0, sizeof(Acc) * TS_GEMM_WARPS);
+            for (i64 st = 0; st < nst; ++st) {
+                gemm_stage_x<FMT, CBT, NTW>(a, st, nt0, smem, 0, 1);
+                for (int warp = 0; warp < TS_GEMM_WARPS; ++warp) {
+                    const int r0w = rb0 + 32 * warp;
+                    if (r0w >= a.m.O) continue;
+                    u32 wv[32][2][2][G::U][G::NW];
+                    u32 sv[32][2][2][G::U][MmaFmt<FMT>::NR];
+                    gemm_load_w<FMT, GS, CBT, 32>(a, r0w, st, 0, wv, sv);
+                    gemm_compute<FMT, GS, CBT, P, NTW, 32>(a, r0w, st, 0, wv, sv, smem, nt0, acc[warp]);
+                }
+            }
+            for (int warp = 0; warp < TS_GEMM_WARPS; ++warp) {
+                const int r0w = rb0 + 32 * warp;
+                if (r0w < a.m.O) gemm_store<FMT, P, NTW, 32>(a, r0w, nt0, 0, acc[warp], y);
+            }
+        }
+    std::free(acc);
+    std::free(smem);
+}
+
+// xg: the GEMM's activation halves (layout.rs gemm_activations) of nbt n8 tiles; xa: [sp]
+// 1/p then [sp, xs / 128] sums. nt must be the layout's tiles per block (4 or 8 here).
+// Returns 0, -1 for a (format, group, chunk) without a GEMM, -2 for an unsupported P / nt.
+extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8* w, i64 wlen, const u8* sc,
+                           i64 sclen, const unsigned short* xg, i64 xglen, const float* xa, i64 xalen, float* y,
+                           i64 rb, int O, int S, int xs, int sc_row, int nbt, int sp) {
+    GArgs a;
+    a.m.w = (const u8*)aligned_copy(w, wlen);
+    a.m.sc = (const u8*)aligned_copy(sc, sclen);
+    a.m.xh = 0;
+    a.m.xa = (const float*)aligned_copy(xa, xalen * 4);
+    a.m.rb = rb;
+    a.m.O = O;
+    a.m.xs = xs;
+    a.m.sc_row = sc_row;
+    a.xg = (const u8*)aligned_copy(xg, xglen * 2);
+    a.S = S;
+    a.nbt = nbt;
+    a.sp = sp;
+    int rc = -1;
+#define TS_EMU_GEMM_PN(F_, G_, C_, P_, N_) \
+    if (fmt == F_ && gs == G_ && cbt == C_ && parts == P_ && nt == N_) rc = (run_gemm<F_, G_, C_, P_, N_>(a, y), 0);
+#define TS_EMU_GEMM(F_, G_, C_)       \
+    TS_EMU_GEMM_PN(F_, G_, C_, 2, 8) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 4) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 2, 4)
+    TS_EMU_GEMM(TS_FMT_INT4_ROW, 0, 16)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 32, 4)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 64, 8)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 96, 4)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 128, 16)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 192, 8)
+    TS_EMU_GEMM(TS_FMT_INT4_G, 256, 16)
+    TS_EMU_GEMM(TS_FMT_INT8_ROW, 0, 16)
+    TS_EMU_GEMM(TS_FMT_FP8_F32, 0, 16)
+    TS_EMU_GEMM(TS_FMT_FP8_UE8M0, 0, 16)
+    TS_EMU_GEMM(TS_FMT_HFQ4, 0, 16)
+    TS_EMU_GEMM(TS_FMT_MQ4_V2, 0, 16)
+    TS_EMU_GEMM(TS_FMT_MQ4C, 0, 16)
+#undef TS_EMU_GEMM
+#undef TS_EMU_GEMM_PN
+    std::free((void*)a.m.w);
+    std::free((void*)a.m.sc);
+    std::free((void*)a.m.xa);
+    std::free((void*)a.xg);
     return rc;
 }
