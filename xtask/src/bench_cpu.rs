@@ -4,17 +4,30 @@
 //! Steps, each reported as "skipped: why" when it cannot run:
 //! 1. the candle anchor (`../shared/anchors/candle_cpu`; shared/ is the sibling of the repo
 //!    root), copied to a temp dir and built with
-//!    `RUSTFLAGS="-C target-cpu=native" cargo build --release` (needs crates.io once), run;
+//!    `RUSTFLAGS="-C target-cpu=native" cargo build --release` (needs crates.io once), run.
+//!    The anchor times f32, q8_0, q4_0 and q4k; the copy gets one more line in its format
+//!    list so that candle's q6k is timed too (the table says when that edit could not be
+//!    made, e.g. because the anchor changed);
 //! 2. `../shared/anchors/read_bw.c`, built with `gcc -O3 -march=native -fopenmp` and run with
 //!    one OpenMP thread per core rayon uses, just before and just after step 3;
 //! 3. quant-core's criterion bench `gemv` with `RUSTFLAGS="-C target-cpu=native"`, read
 //!    back from criterion's `benchmark.json` / `estimates.json` (median per call).
 //!
-//! It prints one table (shape, format, our GB/s, % of read bandwidth, candle's fastest on the
-//! same shape) plus candle's figures, and writes them, with the command, CPU model, date and
-//! load average, between the `bench-cpu` markers of docs/PERF.md, leaving the rest of that
-//! file as written.
+//! It prints one table (shape, format, path — exact, or the opt-in int8-activation path
+//! where a format has one —, our GB/s, % of read bandwidth, candle's same format where it
+//! has one, candle's fastest on the same shape) plus candle's figures, and writes them, with
+//! the command, CPU model, date and load average, between the `bench-cpu` markers of
+//! docs/PERF.md, leaving the rest of that file as written.
+//!
+//! `TESSERA_BENCH_CPU_PRINT_ONLY=1` prints the section without writing docs/PERF.md (for
+//! runs on a busy machine that should not replace the recorded figures).
+//!
+//! Targets: the GGUF formats (q8_0, q4_k, q6_k) must stream at least as fast as candle's
+//! same format (issue #8); tessera's own targeted formats must reach 85% of the read
+//! bandwidth and candle's fastest format (issue #2). Each row says whether it meets its
+//! format's target.
 
+use crate::perf_record::{Ceiling, Kind, Point, Record, Series};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,6 +45,19 @@ const TARGETED: [&str; 5] = [
     "fp8-e4m3-b128",
     "mq4-g256-v2",
 ];
+/// GGUF formats and the name candle's anchor prints for the same block type: their target
+/// is candle's same format in the same run.
+const CANDLE_SAME: [(&str, &str); 4] = [
+    ("q8_0", "q8_0"),
+    ("q4_0", "q4_0"),
+    ("q4_k", "q4k"),
+    ("q6_k", "q6k"),
+];
+/// The bench id suffix of the int8-activation path (`<format>+int8-act`).
+const INT8_SUFFIX: &str = "+int8-act";
+/// The line of the anchor's format list the q6k line is added after.
+const ANCHOR_Q4K: &str = r#"("q4k", Some(GgmlDType::Q4K)),"#;
+const ANCHOR_Q6K: &str = r#"("q6k", Some(GgmlDType::Q6K)),"#;
 
 /// One of our measurements: weight bytes per call and the median seconds per call.
 struct Ours {
@@ -45,7 +71,8 @@ impl Ours {
     }
 }
 
-/// A result's key: (shape [O, I], format name, S).
+/// A result's key: (shape [O, I], bench id — the format name, with [`INT8_SUFFIX`] for the
+/// int8-activation path —, S).
 type Key = ((usize, usize), String, usize);
 /// Our figures by key.
 type Results = BTreeMap<Key, Ours>;
@@ -59,7 +86,7 @@ struct Candle {
     gbs: f64,
 }
 
-pub fn run(root: &Path) -> Result<(), String> {
+pub fn run(root: &Path) -> Result<Record, String> {
     let shared = root.parent().map(|p| p.join("shared")).unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let model = cpu_model();
@@ -71,6 +98,12 @@ pub fn run(root: &Path) -> Result<(), String> {
     if let Err(e) = &candle {
         eprintln!("bench-cpu: candle anchor skipped: {e}");
     }
+    let candle_note = candle
+        .as_ref()
+        .ok()
+        .map(|c| c.1.clone())
+        .unwrap_or_default();
+    let candle = candle.map(|c| c.0);
     // The ceiling is measured right before and right after our bench, and the higher of the
     // two is the one our figures are set against (on a busy machine it moves).
     let bw_before = read_bandwidth(&shared, threads);
@@ -114,9 +147,72 @@ pub fn run(root: &Path) -> Result<(), String> {
     if let Err(e) = &candle {
         let _ = writeln!(section, "- candle anchor: skipped: {e}");
     }
+    if !candle_note.is_empty() {
+        let _ = writeln!(section, "- candle anchor: {candle_note}");
+    }
     let _ = writeln!(section, "\n{table}\n{END}");
     println!("{section}");
-    write_perf_md(root, &section)
+    let device = format!("{model}, {threads} threads");
+    let record = read_bw.map(|bw| record(&ours, bw, candle.as_ref().ok(), device, date));
+    if std::env::var_os("TESSERA_BENCH_CPU_PRINT_ONLY").is_some() {
+        eprintln!("bench-cpu: TESSERA_BENCH_CPU_PRINT_ONLY set: docs/PERF.md left as it is");
+        return record;
+    }
+    crate::bench::replace_generated(&root.join("docs/PERF.md"), BEGIN, END, &section)?;
+    // Without its same-run ceiling the run is not a record (nor a plot).
+    record
+}
+
+/// The run as a perf record (docs/perf/cpu.json, the plots): our series per (bench id, S)
+/// and candle's per format, against the read bandwidth measured in the same run.
+fn record(
+    ours: &Results,
+    read_bw: f64,
+    candle: Option<&CandleRows>,
+    device: String,
+    date: String,
+) -> Record {
+    let shape = |(o, i): (usize, usize)| format!("{o}x{i}");
+    let mut series: BTreeMap<(String, usize, bool), Vec<Point>> = BTreeMap::new();
+    for ((sh, id, s), r) in ours {
+        series
+            .entry((id.clone(), *s, false))
+            .or_default()
+            .push(Point {
+                shape: shape(*sh),
+                us: r.secs * 1e6,
+                gbps: r.gbs(),
+            });
+    }
+    for (sh, c) in candle.into_iter().flatten() {
+        series
+            .entry((format!("candle {}", c.name), 1, true))
+            .or_default()
+            .push(Point {
+                shape: shape(*sh),
+                us: c.us,
+                gbps: c.gbs,
+            });
+    }
+    Record {
+        backend: "cpu".to_string(),
+        device,
+        date: date.trim().to_string(),
+        command: "cargo xtask bench --backend cpu".to_string(),
+        ceiling: Ceiling {
+            name: "read_bw.c".to_string(),
+            gbps: read_bw,
+        },
+        series: series
+            .into_iter()
+            .map(|((label, s, peer), points)| Series {
+                label,
+                kind: if peer { Kind::Peer } else { Kind::Ours },
+                s,
+                points,
+            })
+            .collect(),
+    }
 }
 
 fn load_average() -> String {
@@ -182,18 +278,53 @@ fn read_bandwidth(shared: &Path, threads: usize) -> Result<f64, String> {
         .ok_or_else(|| format!("unexpected read_bw output: {text:?}"))
 }
 
-fn candle_anchor(shared: &Path) -> Result<CandleRows, String> {
+/// The anchor's source with candle's q6k added to its format list, and a note on it.
+fn with_q6k(src: &str) -> (String, String) {
+    if src.contains(ANCHOR_Q6K) {
+        return (src.to_string(), String::new());
+    }
+    match src.find(ANCHOR_Q4K) {
+        Some(at) => {
+            let end = at + ANCHOR_Q4K.len();
+            let patched = format!("{}\n            {ANCHOR_Q6K}{}", &src[..end], &src[end..]);
+            (
+                patched,
+                "its copy also times candle's q6k (one line added to its format list)".to_string(),
+            )
+        }
+        None => (
+            src.to_string(),
+            "q6k not timed: the anchor's format list no longer has the q4k line to add it after"
+                .to_string(),
+        ),
+    }
+}
+
+/// Candle's figures, and a note on the anchor copy (empty when it is the anchor as is).
+fn candle_anchor(shared: &Path) -> Result<(CandleRows, String), String> {
     let src = shared.join("anchors/candle_cpu");
     if !src.join("Cargo.toml").is_file() {
         return Err(format!("{} not found", src.display()));
     }
     let dir = scratch_dir("tessera-candle-anchor")?;
+    let mut note = String::new();
     for file in ["Cargo.toml", "src/main.rs"] {
         let to = dir.join(file);
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }
-        std::fs::copy(src.join(file), &to).map_err(|e| format!("copy {file}: {e}"))?;
+        let text = std::fs::read_to_string(src.join(file))
+            .map_err(|e| format!("read {}: {e}", src.join(file).display()))?;
+        // An earlier run may have copied the anchor's read-only file here.
+        let _ = std::fs::remove_file(&to);
+        let text = if file == "src/main.rs" {
+            let (patched, n) = with_q6k(&text);
+            note = n;
+            patched
+        } else {
+            text
+        };
+        std::fs::write(&to, text).map_err(|e| format!("write {}: {e}", to.display()))?;
     }
     eprintln!("bench-cpu: building the candle anchor in {}", dir.display());
     let status = Command::new("cargo")
@@ -221,7 +352,7 @@ fn candle_anchor(shared: &Path) -> Result<CandleRows, String> {
             "no figures in the candle anchor's output: {text:?}"
         ));
     }
-    Ok(rows)
+    Ok((rows, note))
 }
 
 /// "candle q8_0  O= 4096 I= 4096 S=1     866.3 us   20.58 GB/s (...)"
@@ -332,13 +463,32 @@ fn read_result(bench_json: &Path) -> Option<(Key, Ours)> {
     ))
 }
 
+/// A bench id's format name and path.
+fn split_id(id: &str) -> (&str, &'static str) {
+    match id.strip_suffix(INT8_SUFFIX) {
+        Some(format) => (format, "int8-act"),
+        None => (id, "exact"),
+    }
+}
+
+/// Where a bench id sorts: tessera's formats first (as the bench lists them), then the
+/// GGUF formats, each format's exact path before its int8-activation path.
+fn order(id: &str) -> (bool, String, bool) {
+    let (format, path) = split_id(id);
+    let gguf = CANDLE_SAME.iter().any(|(f, _)| *f == format);
+    (gguf, format.to_string(), path != "exact")
+}
+
 fn render(ours: &Results, read_bw: Option<f64>, candle: Option<&CandleRows>) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| shape [O x I] | format | S=1 time | S=1 GB/s | % of read bw | S=16 GB/s | vs candle's fastest (GB/s) | target met |"
+        "| shape [O x I] | format | path | S=1 time | S=1 GB/s | % of read bw | S=16 GB/s | vs candle's same format (GB/s) | vs candle's fastest (GB/s) | target met |"
     );
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(
+        t,
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    );
     let mut shapes: Vec<(usize, usize)> = ours.keys().map(|k| k.0).collect();
     shapes.dedup();
     let peers_of = |shape: (usize, usize)| -> Vec<&Candle> {
@@ -355,33 +505,52 @@ fn render(ours: &Results, read_bw: Option<f64>, candle: Option<&CandleRows>) -> 
         let peers = peers_of(shape);
         // Candle's fastest format in weight bytes per second, on this shape, in this run.
         let best = peers.iter().copied().max_by(|a, b| a.gbs.total_cmp(&b.gbs));
-        let mut formats: Vec<&String> = ours
+        let mut ids: Vec<&String> = ours
             .keys()
             .filter(|k| k.0 == shape && k.2 == 1)
             .map(|k| &k.1)
             .collect();
-        formats.dedup();
-        for f in formats {
-            let Some(one) = ours.get(&(shape, f.clone(), 1)) else {
+        ids.sort_by_key(|id| order(id));
+        ids.dedup();
+        for id in ids {
+            let Some(one) = ours.get(&(shape, id.clone(), 1)) else {
                 continue;
             };
+            let (format, path) = split_id(id);
             let sixteen = ours
-                .get(&(shape, f.clone(), 16))
+                .get(&(shape, id.clone(), 16))
                 .map_or("n/a".to_string(), |r| format!("{:.2}", r.gbs()));
             let share = read_bw.map(|bw| one.gbs() / bw);
             let share_text = share.map_or("n/a".to_string(), |v| format!("{:.0}%", 100.0 * v));
+            let same_name = CANDLE_SAME
+                .iter()
+                .find(|(f, _)| *f == format)
+                .map(|(_, c)| *c);
+            let same = same_name.and_then(|n| peers.iter().copied().find(|c| c.name == n));
+            let same_text = match (same_name, same) {
+                (None, _) => "-".to_string(),
+                (Some(n), None) => format!("n/a (no candle {n})"),
+                (Some(_), Some(c)) => {
+                    format!("{:.2}x ({} {:.2})", one.gbs() / c.gbs, c.name, c.gbs)
+                }
+            };
             let vs = best.map_or("n/a".to_string(), |b| {
                 format!("{:.2}x ({} {:.2})", one.gbs() / b.gbs, b.name, b.gbs)
             });
-            let met = match (TARGETED.contains(&f.as_str()), share, best) {
-                (false, _, _) => "(reference)",
-                (true, Some(v), Some(b)) if v >= TARGET_SHARE && one.gbs() >= b.gbs => "yes",
-                (true, Some(_), Some(_)) => "no",
-                (true, _, _) => "n/a",
+            let met = match (same_name, TARGETED.contains(&format), share, best) {
+                (Some(_), _, _, _) => match same {
+                    Some(c) if one.gbs() >= c.gbs => "yes",
+                    Some(_) => "no",
+                    None => "n/a",
+                },
+                (None, false, _, _) => "(reference)",
+                (None, true, Some(v), Some(b)) if v >= TARGET_SHARE && one.gbs() >= b.gbs => "yes",
+                (None, true, Some(_), Some(_)) => "no",
+                (None, true, _, _) => "n/a",
             };
             let _ = writeln!(
                 t,
-                "| {}x{} | {f} | {:.0} us | {:.2} | {share_text} | {sixteen} | {vs} | {met} |",
+                "| {}x{} | {format} | {path} | {:.0} us | {:.2} | {share_text} | {sixteen} | {same_text} | {vs} | {met} |",
                 shape.0,
                 shape.1,
                 one.secs * 1e6,
@@ -407,24 +576,6 @@ fn render(ours: &Results, read_bw: Option<f64>, candle: Option<&CandleRows>) -> 
     t
 }
 
-fn write_perf_md(root: &Path, section: &str) -> Result<(), String> {
-    let path = root.join("docs/PERF.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!(
-            "{}{}{}",
-            &old[..b],
-            section.trim_end(),
-            &old[e + END.len()..]
-        ),
-        _ if old.is_empty() => format!("# CPU kernel performance\n\n{}\n", section.trim_end()),
-        _ => format!("{}\n{}\n", old.trim_end(), section.trim_end()),
-    };
-    std::fs::write(&path, new).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!("bench-cpu: wrote {}", path.display());
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +587,61 @@ mod tests {
         assert_eq!((o, i, c.name.as_str()), (4096, 4096, "q8_0"));
         assert_eq!((c.us, c.gbs), (866.3, 20.58));
         assert!(parse_candle_line("warning: something").is_none());
+    }
+
+    #[test]
+    fn adds_q6k_to_the_anchor_once() {
+        let src = "            (\"q4_0\", Some(GgmlDType::Q4_0)),\n            (\"q4k\", Some(GgmlDType::Q4K)),\n        ] {";
+        let (patched, note) = with_q6k(src);
+        assert!(patched.contains(ANCHOR_Q6K) && !note.is_empty());
+        assert!(patched.find(ANCHOR_Q4K) < patched.find(ANCHOR_Q6K));
+        let (again, note) = with_q6k(&patched);
+        assert_eq!((again, note.as_str()), (patched, ""));
+        let (same, note) = with_q6k("no format list");
+        assert_eq!(same, "no format list");
+        assert!(note.starts_with("q6k not timed"));
+    }
+
+    #[test]
+    fn splits_paths_and_renders_targets() {
+        assert_eq!(split_id("q4_k+int8-act"), ("q4_k", "int8-act"));
+        assert_eq!(split_id("int4-g64"), ("int4-g64", "exact"));
+        let shape = (4096, 4096);
+        let mut ours = Results::new();
+        let row = |gbs: f64| Ours {
+            bytes: gbs * 1e9,
+            secs: 1.0,
+        };
+        ours.insert((shape, "q4_k".to_string(), 1), row(10.0));
+        ours.insert((shape, "q4_k+int8-act".to_string(), 1), row(30.0));
+        ours.insert((shape, "int8-row".to_string(), 1), row(20.0));
+        let c = |name: &str, gbs: f64| {
+            (
+                shape,
+                Candle {
+                    name: name.to_string(),
+                    us: 1.0,
+                    gbs,
+                },
+            )
+        };
+        let candle = vec![c("q4k", 25.0), c("q8_0", 12.0)];
+        let t = render(&ours, Some(30.0), Some(&candle));
+        let line = |needle: &str| {
+            t.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(line("| q4_k | exact |").ends_with("| no |"), "{t}");
+        let int8 = line("| q4_k | int8-act |");
+        assert!(
+            int8.contains("1.20x (q4k 25.00)") && int8.ends_with("| yes |"),
+            "{t}"
+        );
+        // int8-row: 67% of the read bandwidth, below candle's fastest: its target is not met.
+        assert!(line("| int8-row | exact |").ends_with("| no |"), "{t}");
+        assert!(t.find("| int8-row |") < t.find("| q4_k | exact |"), "{t}");
     }
 
     #[test]

@@ -33,17 +33,70 @@ struct Entry {
     feature: Option<&'static str>,
     /// Whether CI runs this backend, so that `--check` regenerates its columns.
     ci: bool,
+    /// For the Vulkan-based tiers: the adapter the columns ran on (the backend is built to
+    /// accept only an adapter whose name contains [`Adapter::filter`], so a lavapipe column
+    /// can never hold an NVIDIA result or the reverse).
+    adapter: Option<Adapter>,
     /// The backend, or why xtask cannot run it.
     backend: Result<Box<dyn Backend>, String>,
 }
 
+/// Which Vulkan adapter a group of columns is for.
+#[derive(Copy, Clone)]
+struct Adapter {
+    /// Case-insensitive substring of the adapter name the backend is restricted to.
+    filter: &'static str,
+    /// What the legend under the table says.
+    label: &'static str,
+}
+
+const LAVAPIPE: Adapter = Adapter {
+    filter: "llvmpipe",
+    label: "Mesa lavapipe (llvmpipe: Vulkan on the CPU), what CI runs",
+};
+const NVIDIA: Adapter = Adapter {
+    filter: "nvidia",
+    label: "NVIDIA's Vulkan driver (the H200 of the GPU machine), run there by hand",
+};
+
+#[allow(dead_code)]
 fn not_compiled(name: &'static str, feature: &'static str) -> Entry {
     Entry {
         name,
         feature: Some(feature),
         ci: false,
+        adapter: None,
         backend: Err(format!("not compiled into xtask (feature `{feature}`)")),
     }
+}
+
+/// A backend that could not be compiled in, for the given adapter's columns.
+#[allow(dead_code)]
+fn not_compiled_on(name: &'static str, feature: &'static str, adapter: Adapter) -> Entry {
+    Entry {
+        adapter: Some(adapter),
+        ..not_compiled(name, feature)
+    }
+}
+
+/// The wgpu tier restricted to `adapter` (TESSERA_WGPU_* still set the rest).
+#[cfg(feature = "wgpu")]
+fn wgpu_on(adapter: Adapter) -> Box<dyn Backend> {
+    let o = kernels_metal::Options {
+        adapter: Some(adapter.filter.to_string()),
+        ..kernels_metal::Options::from_env()
+    };
+    Box::new(kernels_metal::WgpuConformance::with_options(o))
+}
+
+/// The raw-Vulkan tier restricted to `adapter` (TESSERA_VK_* still set the rest).
+#[cfg(feature = "vulkan")]
+fn vulkan_on(adapter: Adapter) -> Box<dyn Backend> {
+    let o = kernels_rocm::Options {
+        adapter: Some(adapter.filter.to_string()),
+        ..kernels_rocm::Options::from_env().unwrap_or_default()
+    };
+    Box::new(kernels_rocm::VulkanConformance::with_options(o))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -61,6 +114,7 @@ fn not_compiled(name: &'static str, feature: &'static str) -> Entry {
 //            name: "cuda",
 //            feature: Some("cuda"),
 //            ci: false,
+//            adapter: None,
 //            backend: Ok(Box::new(kernels_cuda::…)),
 //        },
 //        #[cfg(not(feature = "cuda"))]
@@ -68,8 +122,10 @@ fn not_compiled(name: &'static str, feature: &'static str) -> Entry {
 //      The boxed value must exist without a device: it reports "no GPU" from `probe()`,
 //      and the matrix shows "unavailable: <why>" for it. `feature` is what a debug xtask
 //      forwards (`--features`) when it reruns itself in release.
-//   3. `ci: true` only for backends the CI machine runs (CPU now; wgpu and vulkan on
-//      lavapipe once they exist): `--check` reruns exactly those columns.
+//   3. `ci: true` only for backends the CI machine runs (CPU, and wgpu and vulkan on
+//      lavapipe): `--check` reruns exactly those columns. A Vulkan-based tier gets one
+//      entry per adapter (`-lavapipe`, `-nvidia`), each restricted to its adapter, so the
+//      columns say where they ran and a GPU-machine run never overwrites a CI column.
 // ---------------------------------------------------------------------------------------
 fn backends() -> Vec<Entry> {
     vec![
@@ -77,6 +133,7 @@ fn backends() -> Vec<Entry> {
             name: "cpu",
             feature: None,
             ci: true,
+            adapter: None,
             backend: Ok(Box::new(CpuBackend)),
         },
         // crates/kernels-cuda (NVRTC through cudarc).
@@ -85,14 +142,53 @@ fn backends() -> Vec<Entry> {
             name: "cuda",
             feature: Some("cuda"),
             ci: false,
+            adapter: None,
             backend: Ok(Box::new(kernels_cuda::CudaConformance::new())),
         },
         #[cfg(not(feature = "cuda"))]
         not_compiled("cuda", "cuda"),
         // crates/kernels-metal (WGSL through wgpu; lavapipe in CI, Metal on macOS).
-        not_compiled("wgpu", "wgpu"),
+        #[cfg(feature = "wgpu")]
+        Entry {
+            name: "wgpu-lavapipe",
+            feature: Some("wgpu"),
+            ci: true,
+            adapter: Some(LAVAPIPE),
+            backend: Ok(wgpu_on(LAVAPIPE)),
+        },
+        #[cfg(not(feature = "wgpu"))]
+        not_compiled_on("wgpu-lavapipe", "wgpu", LAVAPIPE),
+        #[cfg(feature = "wgpu")]
+        Entry {
+            name: "wgpu-nvidia",
+            feature: Some("wgpu"),
+            ci: false,
+            adapter: Some(NVIDIA),
+            backend: Ok(wgpu_on(NVIDIA)),
+        },
+        #[cfg(not(feature = "wgpu"))]
+        not_compiled_on("wgpu-nvidia", "wgpu", NVIDIA),
         // crates/kernels-rocm (SPIR-V through ash; lavapipe in CI, RADV on AMD).
-        not_compiled("vulkan", "vulkan"),
+        #[cfg(feature = "vulkan")]
+        Entry {
+            name: "vulkan-lavapipe",
+            feature: Some("vulkan"),
+            ci: true,
+            adapter: Some(LAVAPIPE),
+            backend: Ok(vulkan_on(LAVAPIPE)),
+        },
+        #[cfg(not(feature = "vulkan"))]
+        not_compiled_on("vulkan-lavapipe", "vulkan", LAVAPIPE),
+        #[cfg(feature = "vulkan")]
+        Entry {
+            name: "vulkan-nvidia",
+            feature: Some("vulkan"),
+            ci: false,
+            adapter: Some(NVIDIA),
+            backend: Ok(vulkan_on(NVIDIA)),
+        },
+        #[cfg(not(feature = "vulkan"))]
+        not_compiled_on("vulkan-nvidia", "vulkan", NVIDIA),
     ]
 }
 
@@ -250,6 +346,22 @@ fn render(entries: &[Entry], cells: &BTreeMap<(String, String), String>) -> Stri
             let _ = write!(s, " {text} |");
         }
         s.push('\n');
+    }
+    let adapters: Vec<String> = entries
+        .iter()
+        .filter_map(|e| {
+            e.adapter.map(|a| {
+                format!(
+                    "`{}`: {} (adapter name contains \"{}\")",
+                    e.name, a.label, a.filter
+                )
+            })
+        })
+        .collect();
+    if !adapters.is_empty() {
+        s.push_str("\nAdapters: ");
+        s.push_str(&adapters.join("; "));
+        s.push_str(".\n");
     }
     s.push('\n');
     s.push_str(END);
@@ -440,7 +552,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<bool, String> {
                 compared: c.compared,
                 refused: c.refused,
             };
-            verdicts.insert((c.backend, c.op, c.format), v);
+            // Keyed by the entry, not `Backend::name`: one backend may fill several entries
+            // (one per adapter).
+            verdicts.insert((e.name, c.op, c.format), v);
         }
     }
 
@@ -485,7 +599,24 @@ pub fn run(root: &Path, args: &[String]) -> Result<bool, String> {
             for f in Format::all() {
                 let key = (f.name().to_string(), column(e.name, op));
                 let kept = old.get(&key).filter(|t| is_measurement(t)).cloned();
+                let not_run = || match &e.backend {
+                    Err(why) => cell_safe(&format!("unavailable: {why}")),
+                    Ok(_) => format!(
+                        "unavailable: not run yet (`cargo xtask test-matrix --backend {}`)",
+                        e.name
+                    ),
+                };
                 let text = match (verdicts.get(&(e.name, op, f)), kept) {
+                    // A column CI does not run records no machine's reason for being
+                    // unavailable (a laptop's "no CUDA device"): `--check` could not
+                    // reproduce it. The terminal shows the reason.
+                    (
+                        Some(Verdict {
+                            outcome: Outcome::Unavailable { .. },
+                            ..
+                        }),
+                        None,
+                    ) if !e.ci => not_run(),
                     (
                         Some(
                             v @ Verdict {
@@ -504,13 +635,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<bool, String> {
                     ) => k,
                     (Some(v), _) => doc_text(v),
                     (None, Some(k)) => k,
-                    (None, None) => match &e.backend {
-                        Err(why) => cell_safe(&format!("unavailable: {why}")),
-                        Ok(_) => format!(
-                            "unavailable: not run yet (`cargo xtask test-matrix --backend {}`)",
-                            e.name
-                        ),
-                    },
+                    (None, None) => not_run(),
                 };
                 cells.insert(key, text);
             }

@@ -8,26 +8,35 @@
 //! sidecar scales) of one tensor per call. `cargo xtask bench-cpu` runs this and sets it
 //! against the machine's read bandwidth and candle's quantized matvec.
 //!
+//! Formats with an int8-activation kernel are measured on both paths: the exact one under
+//! the format's name, the opt-in one as `<name>+int8-act`
+//! (`gemm_with(KernelPath::Int8Activations, ..)`, activations rounded to int8 per call).
+//!
 //! Narrow with `TESSERA_BENCH_FORMATS=int8-row,int4-g64` and `TESSERA_BENCH_SHAPES=4096x4096`;
 //! `TESSERA_SIMD=avx2|portable` lowers the SIMD level.
 
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
+use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, EncodedTensor, Format, encode, gemm};
+use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
 use std::hint::black_box;
 use std::time::Duration;
 
 /// Shapes [O, I] the issue names: a square projection, an MLP up-projection and GLM's o_proj.
 const SHAPES: [(usize, usize); 3] = [(4096, 4096), (14336, 4096), (6144, 16384)];
-const FORMATS: [Format; 6] = [
+const FORMATS: [Format; 9] = [
     Format::F32,
     Format::Int8Row,
     Format::Int4Row,
     Format::Int4G64,
     Format::Fp8E4m3B128,
     Format::Mq4G256V2,
+    // GGUF block types, set against candle's same formats.
+    Format::Q8_0,
+    Format::Q4K,
+    Format::Q6K,
 ];
 const BATCHES: [usize; 2] = [1, 16];
 /// Minimum bytes the rotated copies of one tensor occupy together.
@@ -78,17 +87,25 @@ fn gemv(c: &mut Criterion) {
             let copies: Vec<EncodedTensor> = (0..n).map(|_| t.clone()).collect();
             drop(t);
             group.throughput(Throughput::BytesDecimal(bytes));
-            for s in BATCHES {
-                let x = activations(&mut rng, s, i);
-                let mut y = vec![0f32; s * o];
-                let mut k = 0;
-                group.bench_function(BenchmarkId::new(f.name(), format!("S={s}")), |b| {
-                    b.iter(|| {
-                        gemm(&copies[k % n].view(), black_box(&x), s, &mut y).expect("gemm");
-                        k += 1;
-                        black_box(&y);
-                    })
-                });
+            let mut paths = vec![(KernelPath::Exact, f.name().to_string())];
+            if has_int8_activations(f) {
+                let id = format!("{}+{}", f.name(), KernelPath::Int8Activations.name());
+                paths.push((KernelPath::Int8Activations, id));
+            }
+            for (path, id) in paths {
+                for s in BATCHES {
+                    let x = activations(&mut rng, s, i);
+                    let mut y = vec![0f32; s * o];
+                    let mut k = 0;
+                    group.bench_function(BenchmarkId::new(&id, format!("S={s}")), |b| {
+                        b.iter(|| {
+                            let t = copies[k % n].view();
+                            gemm_with(path, &t, black_box(&x), s, &mut y).expect("gemm");
+                            k += 1;
+                            black_box(&y);
+                        })
+                    });
+                }
             }
         }
         group.finish();

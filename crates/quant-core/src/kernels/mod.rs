@@ -1,7 +1,7 @@
 //! CPU kernels: y[S, O] = x[S, I] · Wᵀ for every format, rayon across rows, SIMD per level.
 //!
 //! Each format has a [`RowKernel`]. Fused kernels ([`int8_row`], [`int4`], [`fp8`],
-//! [`affine256`]) read the stored bytes straight into registers — nibbles, E4M3 bytes and
+//! [`affine256`], and [`ggml`] for the GGML block formats) read the stored bytes straight into registers — nibbles, E4M3 bytes and
 //! inline headers are decoded in-register and never written to a buffer — and apply every
 //! group, tile or block scale per group (folded into the accumulation per group, or, for
 //! the affine blocks, into a 16-entry table of decoded weights per block), never once at
@@ -20,12 +20,19 @@
 pub mod affine256;
 pub mod fp8;
 pub mod generic;
+pub mod ggml;
 pub mod int4;
 pub mod int8_row;
+pub mod int8act;
 pub mod simd;
 #[cfg(test)]
 mod tests;
+mod vector;
 
+pub use int8act::{
+    ACT_BLOCK, KernelPath, gemm_with, gemm_with_at, has_int8_activations, int8_activation_bound,
+    int8_rounded_activations,
+};
 pub use simd::SimdLevel;
 
 use crate::api::rotate_activations;
@@ -136,26 +143,25 @@ pub fn kernel_for(format: Format) -> &'static dyn RowKernel {
         Format::Mq4G256V2 => &affine256::MQ4_V2,
         Format::Hfq4G256 | Format::Mq4G256 => &affine256::HFQ4,
         Format::Mq4cG256 => &affine256::MQ4C,
+        Format::Q8_0 => &ggml::Q8_0,
+        Format::Q4_0 => &ggml::Q4_0,
+        Format::Q4_1 => &ggml::Q4_1,
+        Format::Q5_0 => &ggml::Q5_0,
+        Format::Q5_1 => &ggml::Q5_1,
+        Format::Q2K => &ggml::Q2_K,
+        Format::Q3K => &ggml::Q3_K,
+        Format::Q4K | Format::Mq4K => &ggml::Q4_K,
+        Format::Q5K => &ggml::Q5_K,
+        Format::Q6K => &ggml::Q6_K,
+        Format::Iq4Nl => &ggml::IQ4_NL,
+        Format::Iq4Xs => &ggml::IQ4_XS,
         Format::F32
         | Format::F16
         | Format::Bf16
         | Format::Int2Row
         | Format::Int3G64
         | Format::E8Lattice
-        | Format::Mq4K
         | Format::Mxfp4
-        | Format::Q8_0
-        | Format::Q4_0
-        | Format::Q4_1
-        | Format::Q5_0
-        | Format::Q5_1
-        | Format::Q2K
-        | Format::Q3K
-        | Format::Q4K
-        | Format::Q5K
-        | Format::Q6K
-        | Format::Iq4Nl
-        | Format::Iq4Xs
         | Format::GgufMxfp4 => &generic::DecodeThenDot,
     }
 }
@@ -261,12 +267,34 @@ pub(crate) trait Micro: Sync {
     /// The CPU must support [`SimdLevel::Avx512`]; rows `o..o+R` exist; `t0 + T <= S`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx512<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
+    /// The AVX-512 VNNI level; kernels that do not use VNNI run their AVX-512 code.
+    ///
+    /// # Safety
+    /// The CPU must support [`SimdLevel::Avx512Vnni`]; rows `o..o+R` exist; `t0 + T <= S`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512vnni<const R: usize, const T: usize>(
+        &self,
+        o: usize,
+        t0: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: the VNNI level includes AVX-512; the rest of the contract is forwarded.
+        unsafe { self.avx512::<R, T>(o, t0, out) }
+    }
     /// # Safety
     /// The CPU must support [`SimdLevel::Avx2`]; rows `o..o+R` exist; `t0 + T <= S`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
     /// Rows `o..o+R` must exist and `t0 + T <= S` (checked indexing; panics otherwise).
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]);
+    /// Whether [`drive`] should walk one row at a time (R = 1) instead of blocks of rows.
+    /// Rows of a few KB, walked side by side, are each too short a stream for the hardware
+    /// prefetcher, while one row at a time re-reads the activations for every row; which
+    /// wins depends on the kernel and the row length, so each kernel says (measurements at
+    /// its definition: [`ggml::ExactBlock::ONE_ROW`], `int8act::ONE_ROW_MAX_COLS`).
+    fn one_row_at_a_time(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `m` over rows `row0..row0+n` and all S activation rows: S is cut into tiles of 4,
@@ -280,9 +308,25 @@ pub(crate) fn drive<M: Micro>(
     out: &mut [f32],
 ) {
     let mut t0 = 0;
+    if m.one_row_at_a_time() {
+        while t0 < s {
+            let left = s - t0;
+            if left >= 4 {
+                tile::<M, 1, 4>(level, m, row0, n, s, t0, out);
+                t0 += 4;
+            } else if left >= 2 {
+                tile::<M, 1, 2>(level, m, row0, n, s, t0, out);
+                t0 += 2;
+            } else {
+                tile::<M, 1, 1>(level, m, row0, n, s, t0, out);
+                t0 += 1;
+            }
+        }
+        return;
+    }
     while t0 < s {
         let left = s - t0;
-        let wide = level == SimdLevel::Avx512;
+        let wide = level >= SimdLevel::Avx512;
         if left >= 4 {
             if wide {
                 tile::<M, 2, 4>(level, m, row0, n, s, t0, out);
@@ -334,6 +378,8 @@ fn call<M: Micro, const R: usize, const T: usize>(
         // SAFETY: `level` was clamped to the hardware by `gemm_stored_at`; `tile` passes rows
         // inside the task's range and `t0 + T <= S` by construction in `drive`.
         SimdLevel::Avx512 => unsafe { m.avx512::<R, T>(o, t0, out) },
+        // SAFETY: as above, for AVX-512 with VNNI.
+        SimdLevel::Avx512Vnni => unsafe { m.avx512vnni::<R, T>(o, t0, out) },
         // SAFETY: as above, for AVX2.
         SimdLevel::Avx2 => unsafe { m.avx2::<R, T>(o, t0, out) },
         SimdLevel::Portable => m.portable::<R, T>(o, t0, out),

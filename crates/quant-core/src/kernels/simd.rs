@@ -1,10 +1,13 @@
 //! SIMD levels, their run-time detection, and the f32 dot product every level shares.
 //!
-//! A [`SimdLevel`] is chosen once per process ([`SimdLevel::detect`], cached): AVX-512 where
-//! the CPU has AVX-512 F/BW/VL plus AVX2/FMA/F16C, else AVX2 with FMA and F16C, else the
-//! portable code (the only level on other architectures). Levels nest: a CPU that runs one
-//! runs every lower one, which is what lets the kernel tests run every level on one machine.
-//! `TESSERA_SIMD=portable|avx2|avx512` lowers the choice (never raises it past the hardware).
+//! A [`SimdLevel`] is chosen once per process ([`SimdLevel::detect`], cached): AVX-512 with
+//! VNNI where the CPU has it, AVX-512 where it has AVX-512 F/BW/VL plus AVX2/FMA/F16C, else
+//! AVX2 with FMA and F16C, else the portable code (the only level on other architectures).
+//! Levels nest: a CPU that runs one runs every lower one, which is what lets the kernel
+//! tests run every level on one machine. Only the int8-activation kernels
+//! ([`super::int8act`]) use VNNI; the exact kernels run their AVX-512 code at that level.
+//! `TESSERA_SIMD=portable|avx2|avx512|avx512vnni` lowers the choice (never raises it past
+//! the hardware).
 
 use std::sync::OnceLock;
 
@@ -20,11 +23,19 @@ pub enum SimdLevel {
     Avx2,
     /// 512-bit AVX-512 F/BW/VL (with AVX2, FMA and F16C).
     Avx512,
+    /// [`SimdLevel::Avx512`] plus AVX-512 VNNI (`vpdpbusd`), which the int8-activation
+    /// kernels use; the exact kernels run their AVX-512 code.
+    Avx512Vnni,
 }
 
 impl SimdLevel {
     /// Every level, lowest first.
-    pub const ALL: [SimdLevel; 3] = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512];
+    pub const ALL: [SimdLevel; 4] = [
+        SimdLevel::Portable,
+        SimdLevel::Avx2,
+        SimdLevel::Avx512,
+        SimdLevel::Avx512Vnni,
+    ];
 
     /// Stable lower-case name (used by `TESSERA_SIMD` and in bench ids).
     pub const fn name(self) -> &'static str {
@@ -32,6 +43,7 @@ impl SimdLevel {
             SimdLevel::Portable => "portable",
             SimdLevel::Avx2 => "avx2",
             SimdLevel::Avx512 => "avx512",
+            SimdLevel::Avx512Vnni => "avx512vnni",
         }
     }
 
@@ -46,7 +58,9 @@ impl SimdLevel {
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vl");
-            if avx512 {
+            if avx512 && is_x86_feature_detected!("avx512vnni") {
+                SimdLevel::Avx512Vnni
+            } else if avx512 {
                 SimdLevel::Avx512
             } else if avx2 {
                 SimdLevel::Avx2
@@ -94,7 +108,7 @@ pub fn dot_f32_at(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     match level.clamp_to_hardware() {
         // SAFETY: the level was clamped to what the CPU supports, so AVX-512 F is present.
-        SimdLevel::Avx512 => unsafe { dot_avx512(a, b) },
+        SimdLevel::Avx512 | SimdLevel::Avx512Vnni => unsafe { dot_avx512(a, b) },
         // SAFETY: clamped level: AVX2 and FMA are present.
         SimdLevel::Avx2 => unsafe { dot_avx2(a, b) },
         SimdLevel::Portable => dot_portable(a, b),
@@ -250,6 +264,9 @@ mod tests {
         let avail = SimdLevel::available();
         assert_eq!(avail[0], SimdLevel::Portable);
         assert!(avail.contains(&SimdLevel::detect()));
-        assert_eq!(SimdLevel::Avx512.clamp_to_hardware(), SimdLevel::hardware());
+        assert_eq!(
+            SimdLevel::Avx512Vnni.clamp_to_hardware(),
+            SimdLevel::hardware()
+        );
     }
 }

@@ -13,7 +13,7 @@ const TOLERANCE: f64 = 1e-5;
 const BATCHES: [usize; 8] = [1, 2, 3, 4, 5, 8, 16, 19];
 
 /// The formats with a fused kernel.
-const FUSED: [Format; 15] = [
+const FUSED: [Format; 28] = [
     Format::Int8Row,
     Format::Int4Row,
     Format::Int4G16,
@@ -29,6 +29,19 @@ const FUSED: [Format; 15] = [
     Format::Hfq4G256,
     Format::Mq4G256V2,
     Format::Mq4cG256,
+    Format::Q8_0,
+    Format::Q4_0,
+    Format::Q4_1,
+    Format::Q5_0,
+    Format::Q5_1,
+    Format::Q2K,
+    Format::Q3K,
+    Format::Q4K,
+    Format::Mq4K,
+    Format::Q5K,
+    Format::Q6K,
+    Format::Iq4Nl,
+    Format::Iq4Xs,
 ];
 
 fn seed() -> u64 {
@@ -176,6 +189,9 @@ fn fp8_nan_codes_poison_exactly_their_rows() {
 
 #[test]
 fn forcing_a_level_never_exceeds_the_hardware() {
-    assert_eq!(SimdLevel::Avx512.clamp_to_hardware(), SimdLevel::hardware());
+    assert_eq!(
+        SimdLevel::Avx512Vnni.clamp_to_hardware(),
+        SimdLevel::hardware()
+    );
     assert_eq!(SimdLevel::Portable.clamp_to_hardware(), SimdLevel::Portable);
 }

@@ -1,0 +1,267 @@
+//! bench_gemv: Vulkan-tier GEMV timings against the copy ceiling measured through Vulkan in
+//! the same process, on the adapter `TESSERA_VK_ADAPTER` picks.
+//!
+//! Convention (the same as kernels-cuda's bench_gemv and ../shared/anchors/anchor_gpu.py):
+//! a copy of n bytes moves 2n bytes (read + write), `copy GB/s = 2n / t`; a GEMV must read
+//! its stored weight + scale bytes, `weight GB/s = (weight + scale bytes) / t`; "% copy" is
+//! their ratio. Times are GPU timestamps (vkCmdWriteTimestamp), medians over `reps`
+//! dispatches queued in one command buffer with a compute barrier between dispatches (each
+//! waits for the previous one, as on one CUDA stream; host launch latency is not included).
+//! The dispatches rotate over weight copies totalling at least `--rotate-mb` (512 MB by
+//! default), so no cache holds the next dispatch's weights. Before timing, the first 128
+//! output rows of each (format, S) are checked against the f64 oracle.
+//!
+//! Usage: bench_gemv [--quick] [--reps N] [--formats a,b] [--batches 1,16]
+//!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N]
+//! Prints a markdown table; with $OUT set also writes $OUT/bench_gemv_vulkan.json. Without
+//! a Vulkan device it prints "skipped: ..." and exits 0.
+
+use kernels_rocm::{DeviceTensor, VulkanBackend, VulkanError};
+use quant_core::oracle::{reference_gemm, worst_error};
+use quant_core::testdata::{Rng, activations, weights};
+use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
+use std::fmt::Write as _;
+
+const FORMATS: [Format; 5] = [
+    Format::Int4Row,
+    Format::Int4G64,
+    Format::Int8Row,
+    Format::Fp8E4m3B128,
+    Format::Mq4G256V2,
+];
+
+struct Opts {
+    reps: usize,
+    formats: Vec<Format>,
+    batches: Vec<usize>,
+    shapes: Vec<(usize, usize)>,
+    copy_mb: u64,
+    rotate_mb: usize,
+}
+
+fn list<T>(v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    v.split(',').map(|s| f(s.trim())).collect()
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        reps: 30,
+        formats: FORMATS.to_vec(),
+        batches: vec![1, 16],
+        shapes: vec![(6144, 16384)],
+        copy_mb: 1024,
+        rotate_mb: 512,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} needs a value"));
+        let num = |s: &str| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
+        match a.as_str() {
+            "--quick" => {
+                o.reps = 8;
+                o.copy_mb = 256;
+            }
+            "--reps" => o.reps = num(&value()?)?.max(1),
+            "--formats" => {
+                o.formats = list(&value()?, |s| {
+                    s.parse::<Format>().map_err(|e| e.to_string())
+                })?
+            }
+            "--batches" => o.batches = list(&value()?, num)?,
+            "--shapes" => {
+                o.shapes = list(&value()?, |s| {
+                    let (a, b) = s
+                        .split_once('x')
+                        .ok_or(format!("shape {s}: expected OxI"))?;
+                    Ok((num(a)?, num(b)?))
+                })?
+            }
+            "--copy-mb" => o.copy_mb = num(&value()?)? as u64,
+            "--rotate-mb" => o.rotate_mb = num(&value()?)?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(o)
+}
+
+fn fail(e: impl std::fmt::Display) -> ! {
+    eprintln!("bench_gemv: {e}");
+    std::process::exit(1)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The first 128 rows of `t` (a whole fp8 tile band) as their own tensor.
+fn head(t: &EncodedTensor) -> Option<EncodedTensor> {
+    let n = t.rows.min(128);
+    let spec = t.format.spec();
+    let wr = spec.weight_range(0, n, t.cols).ok()?;
+    let sr = spec.scale_range(0, n, t.rows, t.cols).ok()?;
+    EncodedTensor::from_parts(
+        t.format,
+        n,
+        t.cols,
+        t.weights[wr].to_vec(),
+        t.scales[sr].to_vec(),
+        Some(t.rotation_seed),
+    )
+    .ok()
+}
+
+/// Worst oracle error over the first 128 rows of y = x W^T at batch `s`.
+fn spot_check(
+    b: &VulkanBackend,
+    t: &EncodedTensor,
+    w: &DeviceTensor,
+    x: &[f32],
+    s: usize,
+) -> Result<f64, VulkanError> {
+    let y = b.gemv(w, x, s)?;
+    let Some(h) = head(t) else {
+        return Ok(f64::NAN);
+    };
+    let r = reference_gemm(&h.view(), x, s);
+    let n = h.rows;
+    let mut sub = Vec::with_capacity(s * n);
+    for k in 0..s {
+        sub.extend_from_slice(&y[k * t.rows..k * t.rows + n]);
+    }
+    Ok(worst_error(&sub, &r).error)
+}
+
+struct Row {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    s: usize,
+    secs: f64,
+    bytes: usize,
+    check: f64,
+}
+
+fn main() {
+    let opts = parse_args().unwrap_or_else(|e| fail(e));
+    let b = match VulkanBackend::new() {
+        Ok(b) => b,
+        Err(e) if e.is_unavailable() => {
+            println!("skipped: {e}");
+            return;
+        }
+        Err(e) => fail(e),
+    };
+    let info = b.info().clone();
+    let copy_bytes = opts.copy_mb << 20;
+    let copy_t = median(
+        b.time_copy(copy_bytes, opts.reps.min(10))
+            .unwrap_or_else(|e| fail(e)),
+    );
+    let copy = 2.0 * copy_bytes as f64 / copy_t / 1e9;
+    println!("adapter: {}", info.summary());
+    if !info.driver_info.is_empty() {
+        println!("driver: {} {}", info.driver, info.driver_info);
+    }
+    println!(
+        "copy ceiling: vkCmdCopyBuffer of {} MiB, {copy:.1} GB/s (2 x bytes / t, median of {})",
+        opts.copy_mb,
+        opts.reps.min(10)
+    );
+    println!(
+        "gemv: median of {} timestamped dispatches rotating over >= {} MB of weight copies\n",
+        opts.reps, opts.rotate_mb
+    );
+    println!("| format | shape | S | us | GB/s | % of copy | check (worst err, 128 rows) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let mut rng = Rng::new(0x5EED);
+    let mut results = Vec::new();
+    for &(rows, cols) in &opts.shapes {
+        let w = weights(&mut rng, rows, cols);
+        for &format in &opts.formats {
+            let t = encode(format, rows, cols, &w, &EncodeOptions::default())
+                .unwrap_or_else(|e| fail(e));
+            let first = b.upload(&t.view()).unwrap_or_else(|e| fail(e));
+            let copies = (opts.rotate_mb << 20).div_ceil(first.stored_bytes()).max(2);
+            let mut ws: Vec<DeviceTensor> = Vec::with_capacity(copies);
+            for _ in 1..copies {
+                ws.push(b.duplicate(&first).unwrap_or_else(|e| fail(e)));
+            }
+            ws.push(first);
+            let refs: Vec<&DeviceTensor> = ws.iter().collect();
+            for &s in &opts.batches {
+                let x = activations(&mut rng, s, cols);
+                let last = refs.last().copied().unwrap_or_else(|| fail("no copies"));
+                let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
+                let secs = median(
+                    b.time_gemv(&refs, &x, s, opts.reps)
+                        .unwrap_or_else(|e| fail(e)),
+                );
+                let bytes = last.stored_bytes();
+                let gbs = bytes as f64 / secs / 1e9;
+                println!(
+                    "| {format} | {rows}x{cols} | {s} | {:.1} | {gbs:.1} | {:.1}% | {check:.1e} |",
+                    secs * 1e6,
+                    100.0 * gbs / copy
+                );
+                results.push(Row {
+                    format,
+                    rows,
+                    cols,
+                    s,
+                    secs,
+                    bytes,
+                    check,
+                });
+            }
+        }
+    }
+    if let Some(out) = std::env::var_os("OUT") {
+        let mut j = String::new();
+        let _ = write!(
+            j,
+            "{{\n  \"adapter\": {:?},\n  \"copy_gbs\": {copy},\n  \"rows\": [\n",
+            info.summary()
+        );
+        for (k, r) in results.iter().enumerate() {
+            let _ = writeln!(
+                j,
+                "    {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"us\": {}, \"bytes\": {}, \"gbs\": {}, \"check\": {}}}{}",
+                r.format,
+                r.rows,
+                r.cols,
+                r.s,
+                r.secs * 1e6,
+                r.bytes,
+                r.bytes as f64 / r.secs / 1e9,
+                if r.check.is_finite() {
+                    format!("{:e}", r.check)
+                } else {
+                    "null".into()
+                },
+                if k + 1 < results.len() { "," } else { "" }
+            );
+        }
+        j.push_str("  ]\n}\n");
+        let path = std::path::Path::new(&out).join("bench_gemv_vulkan.json");
+        if let Err(e) = std::fs::write(&path, j) {
+            eprintln!("bench_gemv: {}: {e}", path.display());
+        }
+    }
+    let bad: Vec<&Row> = results
+        .iter()
+        .filter(|r| r.check.is_nan() || r.check > 1e-4)
+        .collect();
+    if !bad.is_empty() {
+        fail(format!(
+            "{} timed kernels failed the oracle spot check (worst {:?})",
+            bad.len(),
+            bad.iter()
+                .map(|r| (r.format.name(), r.s, r.check))
+                .collect::<Vec<_>>()
+        ));
+    }
+}

@@ -1,0 +1,142 @@
+//! The SPIR-V modules build.rs compiled from shaders/wgsl, and which one serves a format.
+//!
+//! One module per (kernel file, format constants, S): naga resolves WGSL `override`s before
+//! writing SPIR-V, so batch S and rows-per-workgroup are baked in, as the wgpu tier bakes
+//! them into its pipelines (kernels_metal::kernels).
+
+use crate::error::VulkanError;
+use quant_core::Format;
+
+/// One compiled module, or why it could not be compiled.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ModuleEntry {
+    /// `<file stem>[.subgroup][.CONST-value...].S<s>`: unique, also the pipeline's key.
+    pub name: &'static str,
+    pub file: &'static str,
+    pub entry: &'static str,
+    pub s: usize,
+    /// Rows one workgroup owns (the `ROWS` override).
+    pub rows: u32,
+    offset: usize,
+    len: usize,
+    /// The build's error where the file did not compile (the format is then refused).
+    pub error: Option<&'static str>,
+}
+
+mod generated {
+    use super::ModuleEntry;
+    include!(concat!(env!("OUT_DIR"), "/spirv_index.rs"));
+}
+
+/// Every module, in build order.
+pub fn modules() -> &'static [ModuleEntry] {
+    generated::MODULES
+}
+
+impl ModuleEntry {
+    /// The SPIR-V bytes (empty for a module that failed to compile).
+    pub fn bytes(&self) -> &'static [u8] {
+        generated::BLOB
+            .get(self.offset..self.offset.saturating_add(self.len))
+            .unwrap_or(&[])
+    }
+}
+
+/// The module running `format` at batch `s`, subgroup variant or not; `mutate` is 0 except
+/// in the mutation tests.
+pub fn module_for(
+    format: Format,
+    subgroup: bool,
+    s: usize,
+    mutate: u32,
+) -> Result<&'static ModuleEntry, VulkanError> {
+    let name = format.name();
+    let found = generated::BY_FORMAT
+        .binary_search_by(|(f, sg, ss, m, _)| (*f, *sg, *ss, *m).cmp(&(name, subgroup, s, mutate)))
+        .ok()
+        .and_then(|k| generated::MODULES.get(generated::BY_FORMAT[k].4));
+    let m = found.ok_or_else(|| VulkanError::NotImplemented {
+        format,
+        s,
+        why: format!(
+            "no {} SPIR-V module for S = {s}",
+            if subgroup {
+                "subgroup"
+            } else {
+                "shared-memory"
+            }
+        ),
+    })?;
+    if let Some(e) = m.error {
+        return Err(VulkanError::Shader {
+            what: format!("{} did not compile at build time: {e}", m.name),
+        });
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_is_sorted_and_points_at_real_modules() {
+        let idx = generated::BY_FORMAT;
+        assert!(
+            idx.windows(2)
+                .all(|w| (w[0].0, w[0].1, w[0].2, w[0].3) < (w[1].0, w[1].1, w[1].2, w[1].3))
+        );
+        for &(f, sg, s, _, k) in idx {
+            let m = &modules()[k];
+            assert_eq!(m.s, s, "{f}");
+            assert_eq!(m.file.ends_with(".subgroup.wgsl"), sg, "{f}");
+            if m.error.is_none() {
+                assert!(
+                    crate::device::spirv_words(m.name, m.bytes()).is_ok(),
+                    "{}",
+                    m.name
+                );
+            }
+        }
+    }
+
+    /// The `OpCapability` operands of a module.
+    fn capabilities(words: &[u32]) -> Vec<u32> {
+        let mut out = vec![];
+        let mut k = 5;
+        while k < words.len() {
+            let (count, op) = ((words[k] >> 16) as usize, words[k] & 0xFFFF);
+            if op == 17 {
+                out.push(words[k + 1]);
+            }
+            k += count.max(1);
+        }
+        out
+    }
+
+    /// The modules need nothing the device is not asked for: Shader everywhere, and
+    /// GroupNonUniform (+ Arithmetic) in the subgroup variants only (the backend uses
+    /// those only where the device reports subgroup arithmetic). A new capability (Int64,
+    /// Float16, 16-bit storage, ...) would need a device feature enabled first.
+    #[test]
+    fn modules_use_only_the_capabilities_the_device_is_checked_for() {
+        const SHADER: u32 = 1;
+        const GROUP_NON_UNIFORM: u32 = 61;
+        const GROUP_NON_UNIFORM_ARITHMETIC: u32 = 63;
+        let mut seen = 0;
+        for m in modules().iter().filter(|m| m.error.is_none()) {
+            let words = crate::device::spirv_words(m.name, m.bytes()).unwrap();
+            let caps = capabilities(&words);
+            let subgroup = m.file.ends_with(".subgroup.wgsl");
+            for c in &caps {
+                let ok = *c == SHADER
+                    || (subgroup
+                        && (*c == GROUP_NON_UNIFORM || *c == GROUP_NON_UNIFORM_ARITHMETIC));
+                assert!(ok, "{}: capability {c}", m.name);
+            }
+            assert!(caps.contains(&SHADER), "{}", m.name);
+            seen += 1;
+        }
+        assert!(seen > 0);
+    }
+}

@@ -1,0 +1,594 @@
+//! The opt-in int8-activation path: activations rounded to int8 in blocks of 32 (GGML's
+//! q8_0 activation blocks: one f32 step per 32 values), then integer dot products of the
+//! stored codes with those int8 values — `vpdpbusd` with AVX-512 VNNI, `vpmaddubsw` +
+//! `vpmaddwd` with AVX2 (and AVX-512 without VNNI), plain integer loops on the portable
+//! level — with every weight scale, sub-block scale, min and offset applied in f32 per
+//! block. It is how candle's and ggml's quantized matvecs get their speed. It is never the
+//! default: [`super::gemm`] is exact, and this path runs only when asked for by
+//! [`gemm_with`] / [`gemm_with_at`] with [`KernelPath::Int8Activations`].
+//!
+//! # Tolerance (declared, and tested against the f64 oracle of the exact product)
+//!
+//! Activation row k is cut into 32-blocks along I (in the stored domain: after the FWHT
+//! for rotated formats); block b has step `Δ_b = max_{i∈b} |x_i| / 127` and each value is
+//! replaced by `x̂_i = Δ_b · round(x_i / Δ_b)`, so `|x_i - x̂_i| <= Δ_b / 2` (plus f32
+//! rounding of a few ulps of `Δ_b`). The kernels then compute `Σ_i w_i x̂_i` with exact
+//! integer dot products and f32 scaling and accumulation of the block sums, so
+//!
+//! ```text
+//! |y - Σ_i w_i x_i|  <=  Σ_i |w_i| · Δ_b(i) / 2  +  1e-5 · M
+//! M = Σ_i |w_i x̂_i|                                 (+ 2 Σ_i W_i |x̂_i| for affine formats)
+//! ```
+//!
+//! The first term is the worst case of the activation rounding (every rounding error at its
+//! maximum and aligned with its weight's sign); the second the f32 arithmetic, the exact
+//! kernels' 1e-5 against the magnitude of what is summed. Formats whose weights are affine
+//! in their codes (q4_k, q5_k, mq4-k: `d·sc·q - dmin·m`; hfq4-g256, mq4-g256, mq4-g256-v2,
+//! mq4c-g256: `s·q + z`) add their min / zero term in f32 next to a code term that can be
+//! as large, so their M also counts the offsets, bounded by `W_i`, the largest |weight| of
+//! i's storage block. (Code offsets that are not part of the format — q4_0's `q - 8`,
+//! q6_k's `q - 32`, int4's `q - 8` — are taken in the integer sums, exactly.)
+//!
+//! Relative to the oracle's metric `Σ_i |w_i x_i|` the rounding term is
+//! `ρ = Σ|w_i| Δ_b / (2 Σ|w_i x_i|)`; for Gaussian activations (E max|x| over 32 ≈ 2.4σ,
+//! E|x| ≈ 0.8σ) ρ ≈ 2.4 / (2 · 127 · 0.8) ≈ 1.2e-2. The error actually made is far below
+//! that worst case, since the rounding errors are independent and mostly cancel (typically
+//! ρ/√I). Measured at a bench shape ([4096 x 4096], `testdata::weights`, seed 99, one
+//! activation row; `cargo test -p quant-core --release --test int8_activations_vs_oracle --
+//! --ignored --nocapture`), as `|y - y_ref| / Σ|w x|` over the 4096 outputs:
+//!
+//! | activations | formats | median | 99th pct | largest | ρ median | largest error / bound |
+//! | --- | --- | ---: | ---: | ---: | ---: | ---: |
+//! | N(0, 1) | all but int4-row | 0.9-1.0e-4 | 0.35-1.4e-3 | 1.1e-3 - 1.1e-2 | 1.2e-2 | 0.09-0.73 |
+//! | N(0, 1) | int4-row | 1.1e-4 | 3.6e-3 | 7.3e-2 | 1.2e-2 | 0.92 |
+//! | N(0, 1), one channel 50 | all but int4-row | 0.8-2.1e-4 | 0.33-2.5e-3 | 0.6-6.5e-3 | 1.0-1.3e-2 | 0.06-0.48 |
+//! | N(0, 1), one channel 50 | int4-row | 2.2e-4 | 6.4e-3 | 2.8e-2 | 1.3e-2 | 0.94 |
+//!
+//! The largest errors sit on the outlier rows of `testdata::weights` (20x spikes), whose
+//! int4-row codes are mostly zero: a handful of terms, so the rounding errors do not average
+//! out and come close to their worst case. Against `Σ w x̂` (the arithmetic alone) the
+//! largest error was 2e-7 of M. The rotated formats (mq4-*) see smaller errors: the FWHT
+//! spreads the outlier activation over every block.
+//!
+//! [`int8_activation_bound`] computes the rounding term per output and
+//! [`int8_rounded_activations`] the `x̂` the kernels use. The tests hold every output to
+//! both halves separately: to the whole bound against the f64 oracle of the exact product,
+//! and to `1e-5 · M` against `Σ_i w_i x̂_i` in f64 — the rounding term alone is loose
+//! enough to hide, say, a weight scale 1% wrong; the second check is not.
+//!
+//! A non-finite activation makes its whole 32-block NaN (so NaN propagates to every output
+//! it touches, as in the exact path; an infinity becomes NaN rather than ±inf).
+//!
+//! Formats with an int8-activation kernel: see [`has_int8_activations`]; for any other
+//! format [`gemm_with`] runs the exact kernel (which also meets the bound above) and
+//! returns [`KernelPath::Exact`] so the caller can tell.
+
+mod ggml;
+mod tessera;
+#[cfg(test)]
+mod tests;
+
+use super::vector::QVec;
+use super::{Micro, SimdLevel, drive};
+use crate::api::{decode_rows_stored_f64, rotate_activations};
+use crate::error::QuantError;
+use crate::registry::{Format, Rotation};
+use crate::tensor::QTensor;
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+use super::vector::{Madd, Vnni};
+
+/// Which arithmetic a CPU GEMV/GEMM uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    /// f32 activations, every product that of the decoded weight, f32 accumulation: each
+    /// output within 1e-5 of `Σ|w_i x_i|` of the exact product. What [`super::gemm`] runs.
+    Exact,
+    /// Opt-in: activations rounded to int8 per 32-block and integer dot products; each
+    /// output within `Σ|w_i| Δ_b / 2 + 1e-5 M` of the exact product (the module docs
+    /// define M; for Gaussian activations the first term is about 1.2e-2 of `Σ|w_i x_i|`).
+    Int8Activations,
+}
+
+impl KernelPath {
+    /// Stable lower-case name (bench ids, tables).
+    pub const fn name(self) -> &'static str {
+        match self {
+            KernelPath::Exact => "exact",
+            KernelPath::Int8Activations => "int8-act",
+        }
+    }
+}
+
+/// Values a block of activations shares one int8 step over.
+pub const ACT_BLOCK: usize = 32;
+/// Rows of quantized activations are padded (with zeros) to a multiple of this.
+const PAD: usize = 256;
+
+/// How a kernel wants the int8 activations ordered.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum QLayout {
+    /// Weight order.
+    Natural,
+    /// For the interleaved nibble formats (weight 2b the low nibble of byte b): in every
+    /// 64-chunk, the 32 even-indexed values then the 32 odd-indexed ones, so that the low
+    /// nibbles of 32 packed bytes meet the first half and the high nibbles the second; 8
+    /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk.
+    Pairs,
+}
+
+/// Activations [S, I] rounded to int8 per 32-block, with the per-block numbers the
+/// kernels fold in. Built once per call and shared read-only by every task.
+pub(crate) struct QActs {
+    pub(crate) s: usize,
+    /// Values a row is padded to (a multiple of [`PAD`]).
+    pub(crate) padded: usize,
+    /// int8 values, `padded` a row, in the kernel's [`QLayout`].
+    q: Vec<i8>,
+    /// Step of each 32-block (`padded / 32` a row).
+    d: Vec<f32>,
+    /// `d_b · Σ q` of each 32-block: the block's sum of rounded activations.
+    xs: Vec<f32>,
+    /// For each 128 values (four 32-blocks a..d): the steps `[a, b, c, d, a, b, c, d]`, the
+    /// lane order of two levels of `vphaddd` over four 32-block dots (see `ggml`).
+    d2: Vec<f32>,
+    /// [`QLayout::Natural`]: for each 32-block, `-8 · Σ q` of each dot lane's 4 values (the
+    /// offset of q4_0's `u - 8` codes, folded into the integer sum).
+    off8n: Vec<i32>,
+    /// [`QLayout::Natural`]: the same with 32 (q6_k's `u - 32` codes).
+    off32: Vec<i32>,
+    /// [`QLayout::Pairs`]: for each 64-chunk, the step of each dot lane's 8 values.
+    dl: Vec<f32>,
+    /// [`QLayout::Pairs`]: for each 64-chunk, `-8 · Σ q` of each dot lane's 8 values (the
+    /// offset of int4's `q - 8` codes, folded into the integer sum).
+    off8: Vec<i32>,
+    /// [`QLayout::Pairs`]: sum of rounded activations of each 64-chunk.
+    xs64: Vec<f32>,
+}
+
+impl QActs {
+    /// Rounds `x` ([s, cols], stored domain) to int8 per 32-block, laid out as `layout`.
+    /// Only the per-block numbers the layout's kernels read are filled in.
+    pub(crate) fn new(layout: QLayout, x: &[f32], s: usize, cols: usize) -> QActs {
+        let padded = cols.div_ceil(PAD).max(1) * PAD;
+        let (nb, n16, n64) = (padded / 32, padded / 16, padded / 64);
+        let natural = layout == QLayout::Natural;
+        let per_row = |n: usize| if natural { s * n } else { 0 };
+        let per_pair = |n: usize| if natural { 0 } else { s * n };
+        let mut a = QActs {
+            s,
+            padded,
+            q: vec![0; s * padded],
+            d: vec![0.0; per_row(nb)],
+            xs: vec![0.0; per_row(nb)],
+            d2: vec![0.0; per_row(n16)],
+            off8n: vec![0; per_row(nb * 8)],
+            off32: vec![0; per_row(nb * 8)],
+            dl: vec![0.0; per_pair(n64 * 8)],
+            off8: vec![0; per_pair(n64 * 8)],
+            xs64: vec![0.0; per_pair(n64)],
+        };
+        let mut qn = [0i8; 64];
+        let mut xb = [0f32; 32];
+        for k in 0..s {
+            let row = &x[k * cols..(k + 1) * cols];
+            let dst = &mut a.q[k * padded..(k + 1) * padded];
+            // Two 32-blocks (one 64-chunk) at a time; past `cols` the values are zero.
+            for c in 0..cols.div_ceil(64) {
+                let mut steps = [0f32; 2];
+                let mut sums = [0i32; 4];
+                let (qa, qb) = qn.split_at_mut(32);
+                for (h, qh) in [qa, qb].into_iter().enumerate() {
+                    let lo = (64 * c + 32 * h).min(cols);
+                    let hi = (lo + 32).min(cols);
+                    let (Some(qh), whole) =
+                        (qh.first_chunk_mut::<32>(), row[lo..].first_chunk::<32>())
+                    else {
+                        continue;
+                    };
+                    let (step, s2) = match whole {
+                        Some(xw) => quantize_block(xw, qh),
+                        None => {
+                            xb.fill(0.0);
+                            xb[..hi - lo].copy_from_slice(&row[lo..hi]);
+                            quantize_block(&xb, qh)
+                        }
+                    };
+                    steps[h] = step;
+                    sums[2 * h..2 * h + 2].copy_from_slice(&s2);
+                }
+                if natural {
+                    dst[64 * c..64 * c + 64].copy_from_slice(&qn);
+                    // 64-chunk c is 32-blocks 2c, 2c+1: positions 2(c%2), 2(c%2)+1 of its
+                    // 128-chunk c/2.
+                    let base = k * n16 + 8 * (c / 2);
+                    for h in 0..2 {
+                        let b = k * nb + 2 * c + h;
+                        let p = 2 * (c % 2) + h;
+                        a.d[b] = steps[h];
+                        a.xs[b] = steps[h] * (sums[2 * h] + sums[2 * h + 1]) as f32;
+                        a.d2[base + p] = steps[h];
+                        a.d2[base + 4 + p] = steps[h];
+                        for l in 0..8 {
+                            let lane = &qn[32 * h + 4 * l..32 * h + 4 * l + 4];
+                            let sum: i32 = lane.iter().map(|&v| i32::from(v)).sum();
+                            a.off8n[8 * b + l] = -8 * sum;
+                            a.off32[8 * b + l] = -32 * sum;
+                        }
+                    }
+                } else {
+                    let at = k * n64 + c;
+                    let dc = &mut dst[64 * c..64 * c + 64];
+                    for m in 0..32 {
+                        dc[m] = qn[2 * m];
+                        dc[32 + m] = qn[2 * m + 1];
+                    }
+                    a.xs64[at] = steps[0] * (sums[0] + sums[1]) as f32
+                        + steps[1] * (sums[2] + sums[3]) as f32;
+                    for l in 0..8 {
+                        a.dl[8 * at + l] = steps[l / 4];
+                        let lane = &qn[8 * l..8 * l + 8];
+                        a.off8[8 * at + l] = -8 * lane.iter().map(|&v| i32::from(v)).sum::<i32>();
+                    }
+                }
+            }
+        }
+        a
+    }
+    /// Row k's int8 values (as bytes).
+    #[inline]
+    pub(crate) fn q(&self, k: usize) -> *const u8 {
+        self.q[k * self.padded..].as_ptr().cast()
+    }
+    #[inline]
+    pub(crate) fn d(&self, k: usize) -> *const f32 {
+        self.d[k * self.padded / 32..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn xs(&self, k: usize) -> *const f32 {
+        self.xs[k * self.padded / 32..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn d2(&self, k: usize) -> *const f32 {
+        self.d2[k * self.padded / 16..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn off8n(&self, k: usize) -> *const i32 {
+        self.off8n[k * self.padded / 4..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn off32(&self, k: usize) -> *const i32 {
+        self.off32[k * self.padded / 4..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn dl(&self, k: usize) -> *const f32 {
+        self.dl[k * self.padded / 8..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn off8(&self, k: usize) -> *const i32 {
+        self.off8[k * self.padded / 8..].as_ptr()
+    }
+    #[inline]
+    pub(crate) fn xs64(&self, k: usize) -> *const f32 {
+        self.xs64[k * self.padded / 64..].as_ptr()
+    }
+}
+
+/// Rounds a block of 32 values to int8 against the step `max|x| / 127`; returns the step
+/// (0 for an all-zero block, NaN if any value is not finite) and the integer sums of the
+/// two 16-runs. Written on fixed-size arrays with integer rounding so that it vectorizes
+/// on any target.
+#[inline(always)]
+fn quantize_block(x: &[f32; 32], q: &mut [i8; 32]) -> (f32, [i32; 2]) {
+    // The largest magnitude as an integer maximum of the sign-cleared bit patterns (their
+    // integer order is the float order, NaN patterns above infinity): a float maximum with
+    // NaN semantics would not vectorize.
+    let mut bits = 0u32;
+    for &v in x {
+        bits = bits.max(v.to_bits() & 0x7FFF_FFFF);
+    }
+    if bits >= 0x7F80_0000 {
+        q.fill(0);
+        return (f32::NAN, [0; 2]);
+    }
+    if bits == 0 {
+        q.fill(0);
+        return (0.0, [0; 2]);
+    }
+    let amax = f32::from_bits(bits);
+    let id = 127.0 / amax;
+    let mut sums = [0i32; 2];
+    for (h, sum) in sums.iter_mut().enumerate() {
+        let mut t = 0i32;
+        for i in 16 * h..16 * h + 16 {
+            // Round to nearest even by adding 1.5 * 2^23: |x * id| <= 127 (plus an ulp), far
+            // inside the range where the sum's low mantissa bits are the rounded integer.
+            let v = (x[i] * id + 12_582_912.0).to_bits() as i32 - 0x4B40_0000;
+            q[i] = v as i8;
+            t += v;
+        }
+        *sum = t;
+    }
+    (amax / 127.0, sums)
+}
+
+/// A format's int8-activation kernel.
+pub(crate) trait Int8Kernel: Sync {
+    fn layout(&self) -> QLayout;
+    /// For r in 0..n and k in 0..S: `out[r * S + k] = Σ_i W[row0 + r, i] · x̂[k, i]`.
+    fn dot_rows(
+        &self,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    );
+}
+
+/// The int8-activation kernel of a format, where it has one. Exhaustive, like
+/// [`super::kernel_for`].
+pub(crate) fn int8_kernel_for(format: Format) -> Option<&'static dyn Int8Kernel> {
+    match format {
+        Format::Int8Row => Some(&tessera::INT8_ROW),
+        Format::Int4Row
+        | Format::Int4G16
+        | Format::Int4G32
+        | Format::Int4G48
+        | Format::Int4G64
+        | Format::Int4G96
+        | Format::Int4G128
+        | Format::Int4G192
+        | Format::Int4G256 => Some(&tessera::INT4),
+        Format::Mq4G256V2 => Some(&tessera::MQ4_V2),
+        Format::Hfq4G256 | Format::Mq4G256 => Some(&tessera::HFQ4),
+        Format::Mq4cG256 => Some(&tessera::MQ4C),
+        Format::Q8_0 => Some(&ggml::Q8_0),
+        Format::Q4_0 => Some(&ggml::Q4_0),
+        Format::Q4K | Format::Mq4K => Some(&ggml::Q4_K),
+        Format::Q5K => Some(&ggml::Q5_K),
+        Format::Q6K => Some(&ggml::Q6_K),
+        Format::F32
+        | Format::F16
+        | Format::Bf16
+        | Format::Int2Row
+        | Format::Int3G64
+        | Format::E8Lattice
+        | Format::Fp8E4m3B128
+        | Format::Fp8E4m3B128Ue8m0
+        | Format::Mxfp4
+        | Format::Q4_1
+        | Format::Q5_0
+        | Format::Q5_1
+        | Format::Q2K
+        | Format::Q3K
+        | Format::Iq4Nl
+        | Format::Iq4Xs
+        | Format::GgufMxfp4 => None,
+    }
+}
+
+/// Whether `format` has an int8-activation kernel (otherwise
+/// [`KernelPath::Int8Activations`] runs the exact one).
+pub fn has_int8_activations(format: Format) -> bool {
+    int8_kernel_for(format).is_some()
+}
+
+/// y[S, O] = x[S, I] · Wᵀ on the chosen path (x in the logical domain). Returns the path
+/// that ran: [`KernelPath::Exact`] when `path` is `Int8Activations` but the format has no
+/// such kernel.
+pub fn gemm_with(
+    path: KernelPath,
+    t: &QTensor<'_>,
+    x: &[f32],
+    s: usize,
+    y: &mut [f32],
+) -> Result<KernelPath, QuantError> {
+    gemm_with_at(path, SimdLevel::detect(), t, x, s, y)
+}
+
+/// [`gemm_with`] at an explicit SIMD level (lowered to what the CPU supports).
+pub fn gemm_with_at(
+    path: KernelPath,
+    level: SimdLevel,
+    t: &QTensor<'_>,
+    x: &[f32],
+    s: usize,
+    y: &mut [f32],
+) -> Result<KernelPath, QuantError> {
+    let kernel = match (path, int8_kernel_for(t.format())) {
+        (KernelPath::Int8Activations, Some(k)) => k,
+        (KernelPath::Exact, _) | (KernelPath::Int8Activations, None) => {
+            super::gemm_at(level, t, x, s, y)?;
+            return Ok(KernelPath::Exact);
+        }
+    };
+    super::check_sizes(t, x, s, y)?;
+    let level = level.clamp_to_hardware();
+    let acts = match t.format().spec().rotation {
+        Rotation::None => QActs::new(kernel.layout(), x, s, t.cols()),
+        Rotation::Fwht256 => {
+            let mut xr = x.to_vec();
+            rotate_activations(t, &mut xr);
+            QActs::new(kernel.layout(), &xr, s, t.cols())
+        }
+    };
+    let rows = t.rows();
+    let step = super::task_rows(t);
+    if s == 1 {
+        y.par_chunks_mut(step).enumerate().for_each(|(k, out)| {
+            kernel.dot_rows(level, t, &acts, k * step, out.len(), out);
+        });
+        return Ok(KernelPath::Int8Activations);
+    }
+    let mut yt = vec![0f32; rows * s];
+    yt.par_chunks_mut(step * s)
+        .enumerate()
+        .for_each(|(k, out)| {
+            kernel.dot_rows(level, t, &acts, k * step, out.len() / s, out);
+        });
+    for (o, ys) in yt.chunks_exact(s).enumerate() {
+        for (k, v) in ys.iter().enumerate() {
+            y[k * rows + o] = *v;
+        }
+    }
+    Ok(KernelPath::Int8Activations)
+}
+
+/// The activations as the int8-activation path sees them: `x` ([s, cols], logical domain)
+/// rotated into the stored domain for rotated formats, then each 32-block rounded to its
+/// int8 step, `x̂_i = Δ_b · q_i`, in f64 (exact: the f32 step times a 7-bit integer).
+/// `Σ_i w_i x̂_i` is what the int8 kernels compute, up to f32 accumulation.
+pub fn int8_rounded_activations(t: &QTensor<'_>, x: &[f32], s: usize) -> Vec<f64> {
+    let cols = t.cols();
+    let mut xr = x.to_vec();
+    rotate_activations(t, &mut xr);
+    let mut out = Vec::with_capacity(xr.len());
+    let (mut xb, mut q) = ([0f32; 32], [0i8; 32]);
+    for row in xr.chunks_exact(cols).take(s) {
+        for block in row.chunks(ACT_BLOCK) {
+            xb.fill(0.0);
+            xb[..block.len()].copy_from_slice(block);
+            let (step, _) = quantize_block(&xb, &mut q);
+            out.extend(
+                q[..block.len()]
+                    .iter()
+                    .map(|&v| f64::from(step) * f64::from(v)),
+            );
+        }
+    }
+    out
+}
+
+/// The rounding term of the int8-activation path's declared bound for each output ([S, O]
+/// row-major): `Σ_i |w_i| · Δ_b(i) / 2` in f64, with `w` the format's f64 decode and `Δ_b`
+/// the step of the 32-block of the (rotated, for rotated formats) activation that value i
+/// sits in. The full bound adds the arithmetic term `1e-5 · M` (module docs).
+pub fn int8_activation_bound(t: &QTensor<'_>, x: &[f32], s: usize) -> Vec<f64> {
+    let (rows, cols) = (t.rows(), t.cols());
+    let mut xr = x.to_vec();
+    rotate_activations(t, &mut xr);
+    let half_steps: Vec<f64> = xr
+        .chunks_exact(cols)
+        .flat_map(|row| {
+            row.chunks(ACT_BLOCK).flat_map(|b| {
+                let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+                std::iter::repeat_n(f64::from(amax) / 127.0 / 2.0, b.len())
+            })
+        })
+        .collect();
+    let mut bound = vec![0f64; s * rows];
+    let mut w = vec![0f64; cols];
+    for o in 0..rows {
+        decode_rows_stored_f64(t, o, &mut w);
+        for k in 0..s {
+            let h = &half_steps[k * cols..(k + 1) * cols];
+            bound[k * rows + o] = w.iter().zip(h).map(|(a, b)| a.abs() * b).sum();
+        }
+    }
+    bound
+}
+
+/// An int8-activation kernel body, written once over [`QVec`] for R rows against T
+/// activation rows (see [`Micro`]).
+pub(crate) trait QBody: Sync {
+    /// # Safety
+    /// `Q`'s level is present and this runs inlined into a function compiled for it; rows
+    /// `o..o+R` exist; `t0 + T <= S`.
+    unsafe fn run<Q: QVec, const R: usize, const T: usize>(
+        &self,
+        o: usize,
+        t0: usize,
+        out: &mut [f32],
+    );
+    /// Rows of the tensor (for the portable level's range check).
+    fn rows(&self) -> usize;
+    /// I.
+    fn cols(&self) -> usize;
+    /// S.
+    fn batch(&self) -> usize;
+}
+
+/// Rows of at most this many weights are walked one at a time, longer ones four at a
+/// time ([`Micro::one_row_at_a_time`]). Measured against candle in the same process
+/// (per-call CPU time): on 4096 columns one row at a time streamed about twice as fast
+/// (int4-row 17.2 vs 8.1 GB/s, q6_k 22.2 vs 6.8), on 16384 columns four rows did (int4-row
+/// 16.0 vs 8.3, q6_k 13.2 vs 7.9): a row's activation-side numbers (2 to 2.3 bytes a
+/// weight) are re-read for every tile, and past L1 that costs more than the short
+/// prefetch streams of interleaved rows. 8192 is a midpoint, not a measured optimum.
+pub(crate) const ONE_ROW_MAX_COLS: usize = 8192;
+
+/// Runs a [`QBody`] through [`drive`]: VNNI at [`SimdLevel::Avx512Vnni`], the AVX2 maddubs
+/// form at [`SimdLevel::Avx512`] and [`SimdLevel::Avx2`] (on Zen 4 the 256-bit form streams
+/// as fast as a 512-bit one would), plain Rust at [`SimdLevel::Portable`].
+pub(crate) struct QDriver<M>(pub(crate) M);
+
+impl<M: QBody> QDriver<M> {
+    pub(crate) fn run(&self, level: SimdLevel, row0: usize, n: usize, out: &mut [f32]) {
+        drive(level, self, row0, n, self.0.batch(), out);
+    }
+}
+
+impl<M: QBody> Micro for QDriver<M> {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
+        // SAFETY: forwarded contract; AVX-512 implies AVX2, FMA and F16C (SimdLevel).
+        unsafe { run_madd::<M, R, T>(&self.0, o, t0, out) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx512vnni<const R: usize, const T: usize>(
+        &self,
+        o: usize,
+        t0: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: forwarded contract: VNNI and AVX-512 F/BW/VL present.
+        unsafe { run_vnni::<M, R, T>(&self.0, o, t0, out) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
+        // SAFETY: forwarded contract: AVX2, FMA, F16C present.
+        unsafe { run_madd::<M, R, T>(&self.0, o, t0, out) }
+    }
+    fn one_row_at_a_time(&self) -> bool {
+        self.0.cols() <= ONE_ROW_MAX_COLS
+    }
+    fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
+        assert!(
+            o + R <= self.0.rows() && t0 + T <= self.0.batch(),
+            "tile out of range"
+        );
+        // SAFETY: the portable level needs no CPU feature; rows and tile checked above.
+        unsafe { self.0.run::<super::vector::QPortable, R, T>(o, t0, out) }
+    }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI, AVX2, FMA, F16C present; rows `o..o+R` exist; `t0 + T <= S`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run_vnni<M: QBody, const R: usize, const T: usize>(
+    m: &M,
+    o: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: forwarded contract; this function carries Vnni's features.
+    unsafe { m.run::<Vnni, R, T>(o, t0, out) }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C present; rows `o..o+R` exist; `t0 + T <= S`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_madd<M: QBody, const R: usize, const T: usize>(
+    m: &M,
+    o: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: forwarded contract; this function carries Madd's features.
+    unsafe { m.run::<Madd, R, T>(o, t0, out) }
+}
