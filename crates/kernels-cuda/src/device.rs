@@ -96,6 +96,15 @@ impl DeviceTensor {
         caps::lookup(Op::Gemv, self.format, s)
             .is_ok_and(|c| c.mma_for(self.shape.row_bytes as usize).is_some())
     }
+    /// Floats per activation row the GEMV kernels read: I padded as [`crate::layout`] lays
+    /// it out. Device-resident activations ([`CudaBackend::gemv_launch_resident`]) use it.
+    pub fn x_stride(&self) -> usize {
+        self.shape.x_stride as usize
+    }
+    /// The FWHT sign seed of a rotated format (activations must be rotated with it).
+    pub fn rotation_seed(&self) -> u64 {
+        self.rotation_seed
+    }
     /// Stored weight bytes plus sidecar bytes: what one GEMV must read.
     pub fn stored_bytes(&self) -> usize {
         self.weight_bytes + self.scale_bytes
@@ -669,6 +678,21 @@ impl CudaBackend {
         // kernel guards every row index against `rows` and every byte against `row_bytes`.
         unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
         Ok(())
+    }
+
+    /// Enqueues y[S, O] = x . W^T with `x` already on the device in the format's stored
+    /// domain: [s, [`DeviceTensor::x_stride`]] floats, rotated for rotated formats, zero in
+    /// the padding. No host copy and no synchronisation: the engine's resident decode path
+    /// chains these launches on the backend's stream.
+    pub fn gemv_launch_resident(
+        &self,
+        w: &DeviceTensor,
+        x: &CudaView<'_, f32>,
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let cap = caps::lookup(Op::Gemv, w.format, s)?;
+        self.launch_cuda_cores(w, cap.kernel, x, s, y)
     }
 
     /// y[S, O] = x[S, I] . W^T with `x` in the logical domain; the output is poisoned before
