@@ -5,7 +5,9 @@
 //!
 //! A backend makes weights resident once ([`Backend::upload`]) and then runs GEMVs on them.
 //! Its capability table, quant-core's vocabulary, is what the gate ([`crate::gate`]) reads:
-//! only tensors whose format the table covers are uploaded; the rest run on the CPU.
+//! only tensors whose format the table covers are uploaded; the rest run on the CPU. A
+//! backend with a fused layer path ([`Backend::fused_capabilities`]; CUDA) has a second
+//! table for it, read by the same gate predicate.
 
 use quant_core::QTensor;
 use quant_core::capability::{BackendError, Capability};
@@ -22,11 +24,23 @@ pub trait Backend {
     fn is_cpu(&self) -> bool;
     /// The capability table the gate and the notice read.
     fn capabilities(&self) -> &'static [Capability];
-    /// Whether the backend submits one fused command per layer (attention, shared expert
-    /// and routed experts). No backend does yet, and the engine has no fused executor, so
-    /// the engine refuses at load a backend that says it does.
+    /// Whether the backend has a fused layer path: the whole layer (norms, attention over a
+    /// device KV cache, MLP) enqueued on the device with no host round trip. CUDA does, for
+    /// Llama / Qwen3 graphs ([`crate::resident`]).
     fn fused_layers(&self) -> bool {
-        false
+        !self.fused_capabilities().is_empty()
+    }
+    /// The capability table of the fused path: the formats it runs. The gate asks
+    /// [`crate::gate::miss_mask`] of it exactly as of [`Backend::capabilities`]. Empty when
+    /// the backend has no fused path.
+    fn fused_capabilities(&self) -> &'static [Capability] {
+        &[]
+    }
+    /// The CUDA device and the tensors uploaded so far (slot k is `tensors[k]`), for the
+    /// resident decode path.
+    #[cfg(feature = "cuda")]
+    fn cuda(&self) -> Option<(&kernels_cuda::CudaBackend, &[kernels_cuda::DeviceTensor])> {
+        None
     }
     /// Makes `t` resident. Called only for formats the capability table covers.
     fn upload(&mut self, t: &QTensor<'_>) -> Result<Slot, BackendError>;
@@ -108,7 +122,7 @@ impl Backend for CpuBackend {
 
 /// A GPU tier's device and the tensors uploaded to it. Each tier has the same shape:
 /// `upload(&QTensor) -> DeviceTensor` and `gemv(&DeviceTensor, x, s) -> Vec<f32>`.
-#[cfg(any(feature = "cuda", feature = "wgpu", feature = "vulkan"))]
+#[cfg(any(feature = "wgpu", feature = "vulkan"))]
 pub struct DeviceBackend<D, T> {
     name: &'static str,
     table: &'static [Capability],
@@ -119,14 +133,14 @@ pub struct DeviceBackend<D, T> {
 }
 
 /// A tier's upload: its device and a host view in, its device tensor out.
-#[cfg(any(feature = "cuda", feature = "wgpu", feature = "vulkan"))]
+#[cfg(any(feature = "wgpu", feature = "vulkan"))]
 type UploadFn<D, T> = fn(&D, &QTensor<'_>) -> Result<T, BackendError>;
 
 /// A tier's GEMV: y[S, O] for a device tensor and host activations x[S, I].
-#[cfg(any(feature = "cuda", feature = "wgpu", feature = "vulkan"))]
+#[cfg(any(feature = "wgpu", feature = "vulkan"))]
 type GemvFn<D, T> = fn(&D, &T, &[f32], usize) -> Result<Vec<f32>, BackendError>;
 
-#[cfg(any(feature = "cuda", feature = "wgpu", feature = "vulkan"))]
+#[cfg(any(feature = "wgpu", feature = "vulkan"))]
 impl<D, T> Backend for DeviceBackend<D, T> {
     fn name(&self) -> &'static str {
         self.name
@@ -169,7 +183,7 @@ impl<D, T> Backend for DeviceBackend<D, T> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_error(e: kernels_cuda::CudaError) -> BackendError {
+pub(crate) fn cuda_error(e: kernels_cuda::CudaError) -> BackendError {
     use kernels_cuda::CudaError;
     match e {
         CudaError::Unavailable { why } => BackendError::Unavailable { why },
@@ -190,16 +204,68 @@ fn cuda_error(e: kernels_cuda::CudaError) -> BackendError {
     }
 }
 
+/// The CUDA tier: GEMVs op by op like the other tiers, plus the device-resident decode path
+/// (its fused table is kernels-cuda's [`kernels_cuda::resident::resident_capability_table`]).
+#[cfg(feature = "cuda")]
+pub struct CudaEngineBackend {
+    dev: kernels_cuda::CudaBackend,
+    tensors: Vec<kernels_cuda::DeviceTensor>,
+}
+
+#[cfg(feature = "cuda")]
+impl Backend for CudaEngineBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+    fn is_cpu(&self) -> bool {
+        false
+    }
+    fn capabilities(&self) -> &'static [Capability] {
+        kernels_cuda::backend::capability_table()
+    }
+    fn fused_capabilities(&self) -> &'static [Capability] {
+        kernels_cuda::resident::resident_capability_table()
+    }
+    fn cuda(&self) -> Option<(&kernels_cuda::CudaBackend, &[kernels_cuda::DeviceTensor])> {
+        Some((&self.dev, &self.tensors))
+    }
+    fn upload(&mut self, t: &QTensor<'_>) -> Result<Slot, BackendError> {
+        let d = self.dev.upload(t).map_err(cuda_error)?;
+        self.tensors.push(d);
+        Ok(Slot(self.tensors.len() - 1))
+    }
+    fn gemv(
+        &self,
+        slot: Slot,
+        t: &QTensor<'_>,
+        x: &[f32],
+        s: usize,
+        y: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let d = self.tensors.get(slot.0).ok_or(BackendError::Device {
+            backend: "cuda",
+            why: format!("no uploaded tensor in slot {}", slot.0),
+        })?;
+        let out = self.dev.gemv(d, x, s).map_err(cuda_error)?;
+        if out.len() != y.len() {
+            return Err(BackendError::Input(quant_core::QuantError::OutputSize {
+                format: t.format(),
+                s,
+                rows: t.rows(),
+                got: y.len(),
+            }));
+        }
+        y.copy_from_slice(&out);
+        Ok(())
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<Box<dyn Backend>, BackendError> {
     let dev = kernels_cuda::CudaBackend::new().map_err(cuda_error)?;
-    Ok(Box::new(DeviceBackend {
-        name: "cuda",
-        table: kernels_cuda::backend::capability_table(),
+    Ok(Box::new(CudaEngineBackend {
         dev,
         tensors: Vec::new(),
-        upload: |d: &kernels_cuda::CudaBackend, t| d.upload(t).map_err(cuda_error),
-        gemv: |d: &kernels_cuda::CudaBackend, w, x, s| d.gemv(w, x, s).map_err(cuda_error),
     }))
 }
 

@@ -6,7 +6,8 @@
 //! The mask has one bit per tensor kind; a bit is set when some tensor of that kind in the
 //! layer has a format the table has no GEMV row for (at S = 1, the decode batch). It is
 //! format-only: a clear mask says no format keeps the layer off the fused path, not that the
-//! fused path exists (no backend implements it yet; [`layer_path`] says so).
+//! fused path exists for the model ([`layer_path_with`] takes the fused path's own table,
+//! which CUDA has for Llama / Qwen3 graphs; the loader adds the graph condition).
 
 use quant_core::Format;
 use quant_core::capability::{Capability, Op, lookup};
@@ -191,13 +192,25 @@ pub fn layer_path(
     is_cpu: bool,
     fused_layers: bool,
 ) -> LayerPath {
+    layer_path_with(layer, table, is_cpu, fused_layers.then_some(table))
+}
+
+/// [`layer_path`] where the fused path has its own table (`fused`; `None`: no fused path):
+/// fused when [`miss_mask`] of the layer against `fused` is empty, then op by op or the CPU
+/// by `table` as before. The same predicate decides both.
+pub fn layer_path_with(
+    layer: &LayerFormats,
+    table: &[Capability],
+    is_cpu: bool,
+    fused: Option<&[Capability]>,
+) -> LayerPath {
     if is_cpu {
         return LayerPath::Cpu;
     }
-    let miss = miss_mask(layer, table);
-    if miss.is_empty() && fused_layers {
+    if fused.is_some_and(|f| miss_mask(layer, f).is_empty()) {
         return LayerPath::Fused;
     }
+    let miss = miss_mask(layer, table);
     if layer.present().0 & !miss.0 != 0 {
         return LayerPath::OpByOp;
     }
@@ -269,6 +282,24 @@ mod tests {
         assert_eq!(layer_path(&mixed, &TABLE, false, true), LayerPath::OpByOp);
         assert_eq!(layer_path(&none, &TABLE, false, true), LayerPath::Cpu);
         assert_eq!(layer_path(&clean, &TABLE, true, true), LayerPath::Cpu);
+        // A fused table narrower than the op-by-op one (CUDA's resident path drops the
+        // rotated formats): a layer it misses runs op by op, one it covers runs fused.
+        let narrow = &TABLE[..1];
+        assert_eq!(
+            layer_path_with(&clean, &TABLE, false, Some(narrow)),
+            LayerPath::OpByOp
+        );
+        let int4_only = LayerFormats {
+            tensors: vec![(Kind::Q, Format::Int4G64), (Kind::O, Format::Int4G64)],
+        };
+        assert_eq!(
+            layer_path_with(&int4_only, &TABLE, false, Some(narrow)),
+            LayerPath::Fused
+        );
+        assert_eq!(
+            layer_path_with(&int4_only, &TABLE, false, None),
+            LayerPath::OpByOp
+        );
     }
 
     #[test]

@@ -14,9 +14,12 @@
 //! - [`npy`]: the `.npy` files `--logits-out` writes.
 //! - [`ops`], [`sampler`]: RMSNorm, SwiGLU, softmax, RoPE (default, llama3, yarn); greedy choice.
 //!
-//! Every layer's attention core, RMSNorms, routing and MLA kv_b absorption run on the host
-//! in f32; the backend runs the GEMVs. No backend has a fused one-submission layer path yet,
-//! and the gate and the run summary say so rather than claim it.
+//! - [`resident`] (feature `cuda`): the device-resident decode path for Llama / Qwen3 on
+//!   CUDA: every layer enqueued on one stream, one read-back (the token id) per token.
+//!
+//! Elsewhere (the CPU, wgpu, Vulkan, DeepSeek graphs, layers the fused table misses) each
+//! layer's attention core, RMSNorms, routing and MLA kv_b absorption run on the host in f32
+//! and the backend runs the GEMVs op by op; the gate and the run summary say which.
 
 pub mod backend;
 pub mod config;
@@ -29,6 +32,8 @@ pub mod model;
 pub mod notice;
 pub mod npy;
 pub mod ops;
+#[cfg(feature = "cuda")]
+pub mod resident;
 pub mod sampler;
 pub mod stats;
 pub mod weights;

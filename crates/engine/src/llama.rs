@@ -13,27 +13,27 @@ use crate::weights::Weights;
 
 /// One decoder layer's weights.
 pub struct LlamaLayer {
-    input_norm: Vec<f32>,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    post_norm: Vec<f32>,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    pub(crate) input_norm: Vec<f32>,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
+    pub(crate) q_norm: Option<Vec<f32>>,
+    pub(crate) k_norm: Option<Vec<f32>>,
+    pub(crate) post_norm: Vec<f32>,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
-/// The whole graph.
+/// The whole graph (its fields are read by the device-resident path, `crate::resident`).
 pub struct LlamaGraph {
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    eps: f32,
-    rope: Rope,
-    layers: Vec<LlamaLayer>,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) eps: f32,
+    pub(crate) rope: Rope,
+    pub(crate) layers: Vec<LlamaLayer>,
 }
 
 fn linear(

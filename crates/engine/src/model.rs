@@ -11,7 +11,7 @@ use crate::backend::{Backend, BackendChoice, Slot, select};
 use crate::config::{Arch, ModelConfig};
 use crate::deepseek::DeepseekGraph;
 use crate::error::{EngineError, Result};
-use crate::gate::{Kind, LayerFormats, LayerPath, covers, layer_path};
+use crate::gate::{Kind, LayerFormats, LayerPath, covers, layer_path_with};
 use crate::kv_cache::KvCache;
 use crate::llama::LlamaGraph;
 use crate::notice::notice_lines;
@@ -247,7 +247,13 @@ pub struct Model {
     pub notice: Vec<String>,
     /// Why `auto` did not take a GPU, when it did not.
     pub backend_note: Option<String>,
+    /// Why the backend's fused path is not used for this model, when it has one and the
+    /// model does not take it.
+    pub fused_note: Option<String>,
     stats: RefCell<Stats>,
+    /// The device-resident decode path, when every layer and the LM head take it.
+    #[cfg(feature = "cuda")]
+    resident: Option<crate::resident::Resident>,
 }
 
 fn resolve_paths(p: &Path) -> (PathBuf, PathBuf) {
@@ -309,16 +315,6 @@ impl Model {
         let config = ModelConfig::from_json(&cfg_name, &cfg_text)?;
         let json: Option<serde_json::Value> = serde_json::from_str(&cfg_text).ok();
         let weights = Weights::new(container, json.as_ref());
-        if backend.fused_layers() {
-            return Err(EngineError::Backend {
-                backend: backend.name().to_string(),
-                source: BackendError::Unavailable {
-                    why: "the backend offers fused layers, but the engine has no fused-layer \
-                          executor to drive them"
-                        .to_string(),
-                },
-            });
-        }
 
         let h = config.hidden_size;
         let v = config.vocab_size;
@@ -342,14 +338,72 @@ impl Model {
 
         let table = backend.capabilities();
         let layer_formats = graph.layer_formats();
-        let layer_paths: Vec<LayerPath> = layer_formats
+        // The fused path exists for the Llama / Qwen3 graph (crate::resident); the gate asks
+        // the same predicate of its table as of the op-by-op one.
+        let fused_table = backend.fused_capabilities();
+        let graph_fused = matches!(graph, Graph::Llama(_)) && !fused_table.is_empty();
+        let mut layer_paths: Vec<LayerPath> = layer_formats
             .iter()
-            .map(|l| layer_path(l, table, backend.is_cpu(), backend.fused_layers()))
+            .map(|l| {
+                layer_path_with(
+                    l,
+                    table,
+                    backend.is_cpu(),
+                    graph_fused.then_some(fused_table),
+                )
+            })
             .collect();
+        let mut fused_note = None;
+        if backend.fused_layers() && !graph_fused {
+            fused_note = Some(format!(
+                "{}'s fused path covers Llama / Qwen3 graphs, not {}",
+                backend.name(),
+                config.arch.name()
+            ));
+        }
+        // The resident path runs whole tokens: every layer and the LM head, or none.
+        let fused_layers = layer_paths
+            .iter()
+            .filter(|p| **p == LayerPath::Fused)
+            .count();
+        if fused_layers > 0 {
+            let head_ok = covers(fused_table, lm_head.r.format) && lm_head.bias.is_none();
+            if fused_layers < layer_paths.len() || !head_ok {
+                fused_note = Some(format!(
+                    "the fused path needs every layer and the LM head on it: {fused_layers} of {} \
+                     layers qualify, LM head {} {}",
+                    layer_paths.len(),
+                    lm_head.r.format,
+                    if head_ok { "covered" } else { "not covered" }
+                ));
+                for p in &mut layer_paths {
+                    if *p == LayerPath::Fused {
+                        *p = LayerPath::OpByOp;
+                    }
+                }
+            }
+        }
         let notice = if backend.is_cpu() {
             Vec::new()
         } else {
-            notice_lines(backend.name(), &layer_formats, table)
+            let mut lines = notice_lines(backend.name(), &layer_formats, table);
+            if graph_fused {
+                lines.extend(crate::notice::fused_notice_lines(
+                    backend.name(),
+                    &layer_formats,
+                    fused_table,
+                    table,
+                ));
+            }
+            if lines.len() > crate::notice::MAX_LINES {
+                let rest = lines.split_off(crate::notice::MAX_LINES - 1);
+                lines.push(format!(
+                    "[{}] {} more notice lines (fused-path kinds) not shown",
+                    backend.name(),
+                    rest.len()
+                ));
+            }
+            lines
         };
         if opts.strict_gpu {
             if backend.is_cpu() {
@@ -383,6 +437,32 @@ impl Model {
             }
         }
 
+        #[cfg(feature = "cuda")]
+        let resident = match (&graph, backend.cuda()) {
+            (Graph::Llama(g), Some((dev, tensors)))
+                if layer_paths.iter().all(|p| *p == LayerPath::Fused)
+                    && !layer_paths.is_empty() =>
+            {
+                Some(crate::resident::Resident::new(
+                    dev,
+                    tensors,
+                    g,
+                    &final_norm,
+                    &lm_head,
+                    config.vocab_size,
+                    config.intermediate_size,
+                )?)
+            }
+            _ => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        for p in &mut layer_paths {
+            // Only the CUDA build has a fused executor.
+            if *p == LayerPath::Fused {
+                *p = LayerPath::OpByOp;
+            }
+        }
+
         Ok(Model {
             config,
             weights,
@@ -395,7 +475,10 @@ impl Model {
             layer_paths,
             notice,
             backend_note,
+            fused_note,
             stats: RefCell::new(Stats::default()),
+            #[cfg(feature = "cuda")]
+            resident,
         })
     }
 
@@ -445,11 +528,16 @@ impl Model {
         };
         for l in 0..self.config.num_hidden_layers {
             self.graph.layer(&ex, l, &mut x, cache, pos0, s)?;
+            // forward() is the op-by-op executor; the fused path runs only in generate().
+            let path = match self.layer_paths[l] {
+                LayerPath::Fused => LayerPath::OpByOp,
+                p => p,
+            };
             *self
                 .stats
                 .borrow_mut()
                 .layer_runs
-                .entry(self.layer_paths[l].name())
+                .entry(path.name())
                 .or_default() += 1;
         }
         ops::rms_norm_rows(&mut x, &self.final_norm, self.config.rms_norm_eps);
@@ -457,7 +545,19 @@ impl Model {
     }
 
     /// Greedy decoding: runs the prompt, then chooses `n` tokens one by one with the KV cache.
+    /// Keeps every step's logits.
     pub fn generate(&self, prompt: &[u32], n: usize) -> Result<Generation> {
+        self.generate_with(prompt, n, true)
+    }
+
+    /// [`Model::generate`]; `keep_logits: false` leaves [`Generation::logits`] empty, which
+    /// spares the device-resident path a logits read-back per token (it reads back only the
+    /// token id).
+    pub fn generate_with(&self, prompt: &[u32], n: usize, keep_logits: bool) -> Result<Generation> {
+        #[cfg(feature = "cuda")]
+        if let Some(res) = &self.resident {
+            return self.generate_resident(res, prompt, n, keep_logits);
+        }
         let vocab = self.config.vocab_size;
         let mut cache = self.new_cache();
         let t0 = Instant::now();
@@ -470,7 +570,9 @@ impl Model {
         for k in 0..n {
             let tok = crate::sampler::greedy(&last);
             tokens.push(tok);
-            steps.push(std::mem::take(&mut last));
+            if keep_logits {
+                steps.push(std::mem::take(&mut last));
+            }
             if k + 1 < n {
                 last = self.forward(&mut cache, &[tok])?;
             }
@@ -483,6 +585,104 @@ impl Model {
         })
     }
 
+    /// The embedding row of `tok`, decoded on the host (the resident path uploads it).
+    #[cfg(feature = "cuda")]
+    fn embed_row(&self, tok: u32) -> Result<Vec<f32>> {
+        let (h, vocab) = (self.config.hidden_size, self.config.vocab_size);
+        if tok as usize >= vocab {
+            return Err(EngineError::Input(format!(
+                "token id {tok} is outside the vocabulary (vocab_size {vocab})"
+            )));
+        }
+        let emb = self.weights.qtensor(&self.embed)?;
+        let mut row = vec![0f32; h];
+        quant_core::decode_rows(&emb, tok as usize, &mut row).map_err(|source| {
+            EngineError::Quant {
+                tensor: self.embed.name.clone(),
+                source,
+            }
+        })?;
+        Ok(row)
+    }
+
+    /// Whether generation takes the device-resident path.
+    pub fn resident(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.resident.is_some() {
+            return true;
+        }
+        false
+    }
+
+    /// [`Model::generate_with`] on the device-resident path: the prompt runs token by token
+    /// through the same step (the KV cache lives on the device), then each chosen token.
+    #[cfg(feature = "cuda")]
+    fn generate_resident(
+        &self,
+        res: &crate::resident::Resident,
+        prompt: &[u32],
+        n: usize,
+        keep_logits: bool,
+    ) -> Result<Generation> {
+        let Some((dev, tensors)) = self.backend.cuda() else {
+            return Err(EngineError::Input(
+                "the resident path lost its CUDA backend".to_string(),
+            ));
+        };
+        if prompt.is_empty() {
+            return Err(EngineError::Input("no tokens to run".to_string()));
+        }
+        let cap = prompt.len() + n;
+        let mut st = res.new_state(dev, cap)?;
+        let mut step = |tok: u32, logits: bool| -> Result<(u32, Option<Vec<f32>>)> {
+            let row = self.embed_row(tok)?;
+            let out = res.step(dev, tensors, &mut st, &row, logits)?;
+            let mut stats = self.stats.borrow_mut();
+            *stats.layer_runs.entry(LayerPath::Fused.name()).or_default() += res.layers() as u64;
+            stats.backend_gemvs += 7 * res.layers() as u64 + 1;
+            Ok(out)
+        };
+        let t0 = Instant::now();
+        let mut last = (0, None);
+        for (i, &tok) in prompt.iter().enumerate() {
+            last = step(tok, keep_logits && i + 1 == prompt.len())?;
+        }
+        let prefill_secs = t0.elapsed().as_secs_f64();
+        let mut tokens = Vec::with_capacity(n);
+        let mut steps = Vec::with_capacity(if keep_logits { n } else { 0 });
+        let t1 = Instant::now();
+        for k in 0..n {
+            let (tok, logits) = std::mem::take(&mut last);
+            tokens.push(tok);
+            if let Some(l) = logits {
+                steps.push(l);
+            }
+            if k + 1 < n {
+                last = step(tok, keep_logits)?;
+            }
+        }
+        Ok(Generation {
+            tokens,
+            logits: steps,
+            prefill_secs,
+            decode_secs: t1.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Times the resident path's decode step (all operations, GEMVs only, the rest only)
+    /// over `reps` steps; `None` when the model does not take that path.
+    #[cfg(feature = "cuda")]
+    pub fn resident_profile(
+        &self,
+        reps: usize,
+    ) -> Result<Option<crate::resident::ResidentProfile>> {
+        let (Some(res), Some((dev, tensors))) = (&self.resident, self.backend.cuda()) else {
+            return Ok(None);
+        };
+        let row = self.embed_row(1.min((self.config.vocab_size as u32).saturating_sub(1)))?;
+        res.profile(dev, tensors, &row, reps).map(Some)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         self.stats.borrow().clone()
@@ -490,9 +690,11 @@ impl Model {
 
     /// The end-of-run summary lines.
     pub fn summary(&self) -> Vec<String> {
-        self.stats
-            .borrow()
-            .summary(self.backend.name(), self.backend.fused_layers())
+        self.stats.borrow().summary(
+            self.backend.name(),
+            self.backend.fused_layers(),
+            self.fused_note.as_deref(),
+        )
     }
 }
 

@@ -68,6 +68,71 @@ pub fn notice_lines(backend: &str, layers: &[LayerFormats], table: &[Capability]
     lines
 }
 
+/// The notice for a backend whose fused path has its own, narrower table (CUDA's resident
+/// path: no rotated formats): one line per kind with a format that `table` covers but
+/// `fused` does not, so those layers run op by op rather than fused. Built from
+/// [`miss_mask`] like [`notice_lines`]; formats `table` misses are left to that notice.
+pub fn fused_notice_lines(
+    backend: &str,
+    layers: &[LayerFormats],
+    fused: &[Capability],
+    table: &[Capability],
+) -> Vec<String> {
+    let mut per_kind: BTreeMap<Kind, (usize, usize, Vec<Format>)> = BTreeMap::new();
+    for layer in layers {
+        let miss = miss_mask(layer, fused);
+        for k in layer.present().kinds() {
+            let e = per_kind.entry(k).or_default();
+            e.1 += 1;
+            if !miss.contains(k) {
+                continue;
+            }
+            let mut hit = false;
+            for (kind, f) in &layer.tensors {
+                let one = LayerFormats {
+                    tensors: vec![(*kind, *f)],
+                };
+                if *kind == k
+                    && miss_mask(&one, fused).contains(k)
+                    && miss_mask(&one, table).is_empty()
+                {
+                    hit = true;
+                    if !e.2.contains(f) {
+                        e.2.push(*f);
+                    }
+                }
+            }
+            if hit {
+                e.0 += 1;
+            }
+        }
+    }
+    per_kind
+        .into_iter()
+        .filter(|(_, (hit, _, _))| *hit > 0)
+        .map(|(k, (hit, of, formats))| {
+            let remedy = match formats.first().and_then(|f| nearest_covered(*f, fused)) {
+                Some(g) => format!(
+                    "requantize with `tessera quantize --role {}={}` ({:.2} bits/weight, in the \
+                     fused path's table)",
+                    k.role().name(),
+                    g.name(),
+                    g.spec().bits_per_weight()
+                ),
+                None => format!("{backend}'s fused path covers no format to requantize to"),
+            };
+            format!(
+                "[{backend}] {}: {} in {hit} of {of} layers is not in {backend}'s fused-path table \
+                 (rotated formats need the activation FWHT on the device, which that path does \
+                 not do); the model runs op by op (the resident path takes every layer or none). \
+                 Remedy: {remedy}",
+                k.name(),
+                names(&formats)
+            )
+        })
+        .collect()
+}
+
 fn names(fs: &[Format]) -> String {
     fs.iter().map(|f| f.name()).collect::<Vec<_>>().join("/")
 }
@@ -226,6 +291,29 @@ mod tests {
                 .count();
             assert!(named >= 1, "{k:?} not named");
         }
+    }
+
+    /// A format the op-by-op table covers but the fused table does not gets a fused-path
+    /// line; one both miss is left to `notice_lines`; a clean layer is silent.
+    #[test]
+    fn fused_notice_names_what_only_the_fused_table_misses() {
+        let fused = &TABLE[..1]; // int4-g64 only
+        let layers = vec![
+            dense(Format::Int8Row),
+            dense(Format::Q4K),
+            dense(Format::Int4G64),
+        ];
+        let lines = fused_notice_lines("cuda", &layers, fused, &TABLE);
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(
+                "[cuda] o_proj: int8-row in 1 of 3 layers is not in cuda's fused-path table"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("--role o=int4-g64"), "{}", lines[0]);
+        assert!(fused_notice_lines("cuda", &layers[2..], fused, &TABLE).is_empty());
     }
 
     #[test]

@@ -153,6 +153,16 @@ impl Rope {
         self.inv_freq.len() * 2
     }
 
+    /// The per-pair frequencies (uploaded once by the device-resident path).
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
+    /// The factor on cos and sin (yarn's attention factor; 1 otherwise).
+    pub fn attention_factor(&self) -> f32 {
+        self.attention_factor
+    }
+
     fn cos_sin(&self, pos: usize, i: usize) -> (f32, f32) {
         let f = pos as f32 * self.inv_freq[i];
         (

@@ -30,7 +30,13 @@ impl Stats {
     }
 
     /// The end-of-run summary, one item a line.
-    pub fn summary(&self, backend: &str, fused_implemented: bool) -> Vec<String> {
+    /// `fused_note` says why a backend with a fused path did not use it for this model.
+    pub fn summary(
+        &self,
+        backend: &str,
+        fused_implemented: bool,
+        fused_note: Option<&str>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let mut paths = String::new();
         for (k, n) in &self.layer_runs {
@@ -39,8 +45,10 @@ impl Stats {
         out.push(format!(
             "layer passes on {backend}: {}{}",
             if paths.is_empty() { "none" } else { &paths },
-            if fused_implemented || backend == "cpu" {
+            if backend == "cpu" {
                 String::new()
+            } else if fused_implemented {
+                fused_note.map_or(String::new(), |n| format!(" ({n})"))
             } else {
                 format!(" (the fused one-submission layer path is not implemented for {backend})")
             }

@@ -1,7 +1,12 @@
 //! CPU and GPU token streams at temperature 0: identical for 64 tokens on every fixture,
 //! in f32 and in an int4-g64 container, for each GPU tier compiled in (features `cuda`,
-//! `vulkan`, `wgpu`) whose device answers here. Skips, saying why, otherwise (lavapipe
-//! serves `vulkan` and `wgpu` on a machine without a GPU).
+//! `vulkan`, `wgpu`) whose device answers here, with every step's logits within
+//! [`LOGIT_TOL`] of the largest |logit|. On CUDA the Llama and Qwen3 fixtures run the
+//! device-resident path (`engine::resident`) and must say so. Skips, saying why, otherwise
+//! (lavapipe serves `vulkan` and `wgpu` on a machine without a GPU).
+//!
+//! Built with `--features mutation-test`, `TESSERA_DECODE_MUTATE=drop-rope` compiles the
+//! resident kernels without the RoPE rotation: the CUDA test must then fail (docs/ENGINE.md).
 
 mod common;
 use common::*;
@@ -10,7 +15,11 @@ use quant_core::Format;
 
 const TOKENS: usize = 64;
 
-fn run(choice: BackendChoice, src: ModelSource, prompt: &[u32]) -> (Vec<u32>, Model) {
+/// Logits of the GPU run may differ from the CPU's by this fraction of the largest |logit|
+/// (the parity bound against transformers, docs/ENGINE.md).
+const LOGIT_TOL: f32 = 1e-3;
+
+fn run(choice: BackendChoice, src: ModelSource, prompt: &[u32]) -> (Vec<u32>, Vec<f32>, Model) {
     let m = Model::load(
         src,
         &LoadOptions {
@@ -19,8 +28,47 @@ fn run(choice: BackendChoice, src: ModelSource, prompt: &[u32]) -> (Vec<u32>, Mo
         },
     )
     .unwrap();
-    let t = m.generate(prompt, TOKENS).unwrap().tokens;
-    (t, m)
+    let g = m.generate(prompt, TOKENS).unwrap();
+    (g.tokens, g.logits.concat(), m)
+}
+
+/// Tokens and logits of a GPU run against the CPU's; on CUDA, the Llama / Qwen3 fixtures
+/// must have taken the device-resident path, and its no-logits mode (what `tessera run`
+/// uses for speed) must choose the same tokens.
+fn compare(
+    choice: BackendChoice,
+    what: &str,
+    cpu: &(Vec<u32>, Vec<f32>, Model),
+    gpu: &(Vec<u32>, Vec<f32>, Model),
+    prompt: &[u32],
+) {
+    assert_eq!(
+        cpu.0,
+        gpu.0,
+        "{what}: CPU and {} token streams differ",
+        choice.name()
+    );
+    let scale = cpu.1.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = max_abs_diff(&cpu.1, &gpu.1);
+    let resident = gpu.2.resident();
+    eprintln!(
+        "{what} on {}{}: 64 tokens equal, logits max |diff| {diff:.3e} = {:.2e} of scale {scale:.2} | {}",
+        choice.name(),
+        if resident { " (resident)" } else { "" },
+        diff / scale,
+        gpu.2.summary().join(" | ")
+    );
+    assert!(
+        diff <= LOGIT_TOL * scale,
+        "{what}: {} logits differ from the CPU's by {diff} (> {LOGIT_TOL} of {scale})",
+        choice.name()
+    );
+    if choice == BackendChoice::Cuda && cfg!(feature = "cuda") && !what.contains("deepseek") {
+        assert!(resident, "{what}: CUDA did not take the resident path");
+        let fast = gpu.2.generate_with(prompt, TOKENS, false).unwrap();
+        assert!(fast.logits.is_empty());
+        assert_eq!(fast.tokens, cpu.0, "{what}: resident no-logits run differs");
+    }
 }
 
 fn streams_match(choice: BackendChoice) {
@@ -30,45 +78,25 @@ fn streams_match(choice: BackendChoice) {
     }
     for name in FIXTURES {
         let r = Reference::load(name);
-        let (a, _) = run(
+        let cpu = run(
             BackendChoice::Cpu,
             ModelSource::Path(fixture(name)),
             &r.prompt,
         );
-        let (b, gpu) = run(choice, ModelSource::Path(fixture(name)), &r.prompt);
         assert_eq!(
-            &a[..r.greedy.len()],
+            &cpu.0[..r.greedy.len()],
             &r.greedy[..],
             "{name}: CPU not the reference"
         );
-        assert_eq!(
-            a,
-            b,
-            "{name} f32: CPU and {} token streams differ",
-            choice.name()
-        );
-        eprintln!(
-            "{name} f32 on {}: {}",
-            choice.name(),
-            gpu.summary().join(" | ")
-        );
+        let gpu = run(choice, ModelSource::Path(fixture(name)), &r.prompt);
+        compare(choice, &format!("{name} f32"), &cpu, &gpu, &r.prompt);
 
         let (path, _) = quantize_fixture(name, &format!("{}-int4", choice.name()), |_, _, _| {
             Some(Format::Int4G64)
         });
-        let (a, _) = run(BackendChoice::Cpu, quantized_source(&path, name), &r.prompt);
-        let (b, gpu) = run(choice, quantized_source(&path, name), &r.prompt);
-        assert_eq!(
-            a,
-            b,
-            "{name} int4-g64: CPU and {} token streams differ",
-            choice.name()
-        );
-        eprintln!(
-            "{name} int4-g64 on {}: {}",
-            choice.name(),
-            gpu.summary().join(" | ")
-        );
+        let cpu = run(BackendChoice::Cpu, quantized_source(&path, name), &r.prompt);
+        let gpu = run(choice, quantized_source(&path, name), &r.prompt);
+        compare(choice, &format!("{name} int4-g64"), &cpu, &gpu, &r.prompt);
     }
 }
 

@@ -6,6 +6,9 @@
 //! - [`compile`]: NVRTC builds of `shaders/cuda/gemv.cu`, cached per process.
 //! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV,
 //!   GEMM and the MoE grouped GEMV.
+//! - [`resident`]: the engine's device-resident decode kernels (`shaders/cuda/decode_ops.cu`:
+//!   RMSNorm, RoPE, attention over a device KV cache, SwiGLU, argmax) and the table of
+//!   formats that path takes.
 //!
 //! GEMV runs S = 1..16 for every registry format; GEMM S >= 17 for the formats with a
 //! tensor-core kernel; the MoE grouped GEMV any mix of formats (docs/CUDA.md). libcuda and libnvrtc are
@@ -18,12 +21,15 @@ pub mod compile;
 pub mod device;
 pub mod error;
 pub mod layout;
+pub mod resident;
 
 pub use backend::CudaConformance;
 pub use caps::{CAPABILITIES, Capability, Op};
 #[cfg(feature = "mutation-test")]
 pub use compile::Mutation;
 pub use compile::Tuning;
+/// The cudarc this crate is built against (the engine's resident path holds its buffers).
+pub use cudarc;
 pub use device::{
     CudaBackend, DeviceActivations, DeviceGemmActivations, DeviceTensor, GemmPrecision, KernelPath,
 };

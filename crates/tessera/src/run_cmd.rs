@@ -140,7 +140,8 @@ pub fn run(a: RunArgs) -> R {
         Some(note) => emit(format_args!("backend: {} ({note})", model.backend_name()))?,
         None => emit(format_args!("backend: {}", model.backend_name()))?,
     }
-    let g = model.generate(&prompt, a.tokens)?;
+    // The logits are read back from the device only when they are written out.
+    let g = model.generate_with(&prompt, a.tokens, a.logits_out.is_some())?;
     let join = |v: &[u32]| {
         v.iter()
             .map(|t| t.to_string())

@@ -1,0 +1,457 @@
+//! The non-GEMV kernels of the engine's device-resident decode path
+//! (`shaders/cuda/decode_ops.cu`): RMSNorm into the GEMV's padded activation layout, bias
+//! and residual adds, single-token GQA attention over a device KV cache with Qwen3's
+//! q_norm/k_norm, RoPE and the cache append in the same launch, SwiGLU and the argmax. Each launch only enqueues on the backend's stream
+//! (no copy, no synchronisation), so a whole token is queued behind one final read-back.
+//!
+//! [`DecodeKernels::new`] compiles the source once per backend with NVRTC; a compile or
+//! load failure is a typed [`CudaError::Compile`] naming the source and the kernel.
+//!
+//! [`resident_capability_table`] is the table the engine's gate reads for this path: the
+//! tier's S = 1 GEMV rows minus the rotated formats (their activations would need the
+//! FWHT-256 on the device, which this path does not do yet), so such layers never take it.
+
+use crate::device::CudaBackend;
+use crate::error::CudaError;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{CompileError, CompileOptions, compile_ptx_with_opts};
+use quant_core::capability::{Capability, Op};
+use std::sync::OnceLock;
+
+/// The kernel source, embedded at build time.
+pub const DECODE_OPS_SOURCE: &str = include_str!("../../../shaders/cuda/decode_ops.cu");
+
+/// Threads of the one-block kernels (RMSNorm, argmax; the source's `TS_BLOCK`): the whole
+/// GPU waits on these single blocks, so they take the most threads a block may have.
+const BLOCK: u32 = 1024;
+/// Threads per block of the elementwise kernels (bias add, SwiGLU).
+const ELEMENTWISE: u32 = 256;
+/// Threads of a per-head block (attention_rope).
+const HEAD_BLOCK: u32 = 128;
+/// The largest head the attention kernel's shared buffers hold.
+pub const MAX_HEAD_DIM: usize = 1024;
+
+/// A deliberate defect compiled into the decode kernels (mutation tests only).
+#[cfg(feature = "mutation-test")]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DecodeMutation {
+    /// RoPE's rotation skipped (q and k keep their unrotated values).
+    DropRope,
+}
+
+#[cfg(feature = "mutation-test")]
+impl DecodeMutation {
+    /// The `TESSERA_DECODE_MUTATE` spelling: drop-rope.
+    pub fn parse(name: &str) -> Option<DecodeMutation> {
+        match name {
+            "drop-rope" => Some(DecodeMutation::DropRope),
+            _ => None,
+        }
+    }
+    fn define(self) -> &'static str {
+        match self {
+            DecodeMutation::DropRope => "-DTS_MUTATE_DROP_ROPE",
+        }
+    }
+}
+
+/// The mutation asked for through `TESSERA_DECODE_MUTATE` (only in builds with the
+/// `mutation-test` feature; never in a library build).
+fn mutation_define() -> Result<Option<&'static str>, CudaError> {
+    #[cfg(feature = "mutation-test")]
+    {
+        if let Ok(v) = std::env::var("TESSERA_DECODE_MUTATE") {
+            return match DecodeMutation::parse(&v) {
+                Some(m) => Ok(Some(m.define())),
+                None => Err(CudaError::Input {
+                    what: format!("TESSERA_DECODE_MUTATE={v}: expected drop-rope"),
+                }),
+            };
+        }
+    }
+    Ok(None)
+}
+
+/// The formats the resident path runs: S = 1 GEMV rows of the tier's table whose format
+/// needs no activation rotation.
+pub fn resident_capability_table() -> &'static [Capability] {
+    static TABLE: OnceLock<Vec<Capability>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        crate::backend::capability_table()
+            .iter()
+            .filter(|c| {
+                c.op == Op::Gemv
+                    && c.constraint.s_min <= 1
+                    && c.constraint.s_max >= 1
+                    && c.format.spec().rotation == quant_core::Rotation::None
+            })
+            .copied()
+            .collect()
+    })
+}
+
+/// The compiled decode kernels of one backend.
+pub struct DecodeKernels {
+    add_rmsnorm: CudaFunction,
+    add_vec: CudaFunction,
+    attention_rope: CudaFunction,
+    swiglu: CudaFunction,
+    argmax: CudaFunction,
+}
+
+fn i32_arg(v: usize, what: &str) -> Result<i32, CudaError> {
+    i32::try_from(v).map_err(|_| CudaError::Input {
+        what: format!("{what} = {v} exceeds the decode kernels' 32-bit index"),
+    })
+}
+
+fn need(len: usize, n: usize, what: &str) -> Result<(), CudaError> {
+    if len < n {
+        return Err(CudaError::Input {
+            what: format!("{what}: buffer holds {len} floats, the launch needs {n}"),
+        });
+    }
+    Ok(())
+}
+
+fn blocks(n: usize) -> Result<u32, CudaError> {
+    u32::try_from(n.div_ceil(ELEMENTWISE as usize)).map_err(|_| CudaError::Input {
+        what: format!("{n} elements overflow the grid"),
+    })
+}
+
+impl DecodeKernels {
+    /// Compiles decode_ops.cu for `dev`'s architecture and loads its five kernels.
+    pub fn new(dev: &CudaBackend) -> Result<DecodeKernels, CudaError> {
+        let mut options = vec![
+            format!("--gpu-architecture={}", dev.arch()),
+            "-std=c++17".to_string(),
+        ];
+        if let Some(d) = mutation_define()? {
+            options.push(d.to_string());
+        }
+        let module_name = format!("decode_ops.cu [{}]", options.join(" "));
+        let opts = CompileOptions {
+            options,
+            ..Default::default()
+        };
+        let ptx =
+            compile_ptx_with_opts(DECODE_OPS_SOURCE, opts).map_err(|e| CudaError::Compile {
+                module: module_name.clone(),
+                log: match e {
+                    CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+                    other => format!("{other:?}"),
+                },
+            })?;
+        let module = dev
+            .context()
+            .load_module(ptx)
+            .map_err(|e| CudaError::Compile {
+                module: module_name.clone(),
+                log: format!("loading the module: {e:?}"),
+            })?;
+        let load = |name: &str| {
+            module.load_function(name).map_err(|e| CudaError::Compile {
+                module: format!("{module_name}, kernel `{name}`"),
+                log: format!("{e:?}"),
+            })
+        };
+        Ok(DecodeKernels {
+            add_rmsnorm: load("add_rmsnorm")?,
+            add_vec: load("add_vec")?,
+            attention_rope: load("attention_rope")?,
+            swiglu: load("swiglu")?,
+            argmax: load("argmax")?,
+        })
+    }
+
+    /// x[..n] += d[..n] (when `d` is given); out[..stride] = w * x / rms(x), zero past n.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rmsnorm(
+        &self,
+        dev: &CudaBackend,
+        x: &mut CudaSlice<f32>,
+        d: Option<&CudaView<'_, f32>>,
+        w: &CudaSlice<f32>,
+        out: &mut CudaViewMut<'_, f32>,
+        n: usize,
+        eps: f32,
+    ) -> Result<(), CudaError> {
+        let stride = out.len();
+        need(x.len(), n, "add_rmsnorm x")?;
+        need(w.len(), n, "add_rmsnorm weight")?;
+        need(stride, n, "add_rmsnorm out")?;
+        if let Some(d) = d {
+            need(d.len(), n, "add_rmsnorm addend")?;
+        }
+        let (n_arg, s_arg) = (i32_arg(n, "n")?, i32_arg(stride, "stride")?);
+        let null: u64 = 0;
+        let mut b = dev.stream().launch_builder(&self.add_rmsnorm);
+        b.arg(x);
+        match d {
+            Some(d) => b.arg(d),
+            None => b.arg(&null),
+        };
+        b.arg(w).arg(out).arg(&n_arg).arg(&s_arg).arg(&eps);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches decode_ops.cu's add_rmsnorm (f32*, f32* or null, f32*, f32*, i32,
+        // i32, f32); x, d and w hold >= n floats and out `stride` floats (checked above); the
+        // kernel reads and writes only below n (x, d, w) and below stride (out).
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching add_rmsnorm"))?;
+        Ok(())
+    }
+
+    /// y[..n] += b[..n].
+    pub fn add_vec(
+        &self,
+        dev: &CudaBackend,
+        y: &mut CudaViewMut<'_, f32>,
+        bias: &CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let n = bias.len();
+        need(y.len(), n, "add_vec y")?;
+        let n_arg = i32_arg(n, "n")?;
+        let mut b = dev.stream().launch_builder(&self.add_vec);
+        b.arg(y).arg(bias).arg(&n_arg);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks(n)?, 1, 1),
+            block_dim: (ELEMENTWISE, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches add_vec (f32*, f32*, i32); both hold >= n floats (checked above)
+        // and the kernel guards i < n.
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching add_vec"))?;
+        Ok(())
+    }
+
+    /// One token's attention at position `pos` = seen - 1: per query head, RMSNorm of q and
+    /// of its group's k head with `rope.norms` (Qwen3's q_norm, k_norm, [hd] each) when
+    /// given, RoPE, the rotated k written into row `pos` of `kc`, then GQA attention over
+    /// kc / vc [>= seen, kvw] (vc's row `pos` already holds this token's v). q [nh, hd] and
+    /// knew [kvw] are the projections as written; `scores` is scratch [nh, cap]; writes
+    /// out[..nh * hd].
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_rope(
+        &self,
+        dev: &CudaBackend,
+        q: &CudaSlice<f32>,
+        knew: &CudaSlice<f32>,
+        kc: &mut CudaSlice<f32>,
+        vc: &CudaSlice<f32>,
+        scores: &mut CudaSlice<f32>,
+        out: &mut CudaViewMut<'_, f32>,
+        shape: AttentionShape,
+        rope: RopeArgs<'_>,
+        seen: usize,
+    ) -> Result<(), CudaError> {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            cap,
+        } = shape;
+        if kv_heads == 0 || heads % kv_heads != 0 || seen == 0 || seen > cap {
+            return Err(CudaError::Input {
+                what: format!(
+                    "attention: {heads} heads over {kv_heads} KV heads, {seen} positions of {cap}"
+                ),
+            });
+        }
+        let half = rope.inv_freq.len();
+        if hd == 0 || hd > MAX_HEAD_DIM || 2 * half > hd {
+            return Err(CudaError::Input {
+                what: format!(
+                    "attention: head_dim {hd} (at most {MAX_HEAD_DIM}) with rope dim {}",
+                    2 * half
+                ),
+            });
+        }
+        let kvw = kv_heads * hd;
+        need(q.len(), heads * hd, "attention q")?;
+        need(knew.len(), kvw, "attention new k")?;
+        need(kc.len(), seen * kvw, "attention keys")?;
+        need(vc.len(), seen * kvw, "attention values")?;
+        need(scores.len(), heads * cap, "attention scores")?;
+        need(out.len(), heads * hd, "attention out")?;
+        if let Some((qn, kn)) = rope.norms {
+            need(qn.len(), hd, "q_norm")?;
+            need(kn.len(), hd, "k_norm")?;
+        }
+        let args = (
+            i32_arg(hd, "head_dim")?,
+            i32_arg(heads / kv_heads, "group")?,
+            i32_arg(kvw, "kv width")?,
+            i32_arg(seen - 1, "position")?,
+            i32_arg(cap, "capacity")?,
+            i32_arg(half, "rope half")?,
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        let grid = u32::try_from(heads).map_err(|_| CudaError::Input {
+            what: "too many heads".into(),
+        })?;
+        let null: u64 = 0;
+        let mut b = dev.stream().launch_builder(&self.attention_rope);
+        b.arg(q)
+            .arg(knew)
+            .arg(kc)
+            .arg(vc)
+            .arg(scores)
+            .arg(out)
+            .arg(&args.0)
+            .arg(&args.1)
+            .arg(&args.2)
+            .arg(&args.3)
+            .arg(&args.4)
+            .arg(&scale);
+        match rope.norms {
+            Some((qn, kn)) => b.arg(qn).arg(kn),
+            None => b.arg(&null).arg(&null),
+        };
+        b.arg(&rope.eps)
+            .arg(rope.inv_freq)
+            .arg(&args.5)
+            .arg(&rope.attn_factor);
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (HEAD_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches decode_ops.cu's attention_rope (f32* x 6, i32 x 5, f32, f32* or
+        // null x 2, f32, f32*, i32, f32); every buffer holds what the kernel indexes (checked
+        // above): q heads * hd, knew kvw, kc / vc seen * kvw with g * hd + d < kvw, scores
+        // heads * cap with j < seen <= cap, out heads * hd, norms hd, inv_freq `half` with
+        // 2 * half <= hd <= MAX_HEAD_DIM (the kernel's shared head buffers).
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching attention_rope"))?;
+        Ok(())
+    }
+
+    /// out[..n] = silu(g) * u for n = g.len().
+    pub fn swiglu(
+        &self,
+        dev: &CudaBackend,
+        g: &CudaSlice<f32>,
+        u: &CudaSlice<f32>,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let n = g.len();
+        need(u.len(), n, "swiglu up")?;
+        need(out.len(), n, "swiglu out")?;
+        let n_arg = i32_arg(n, "n")?;
+        let mut b = dev.stream().launch_builder(&self.swiglu);
+        b.arg(g).arg(u).arg(out).arg(&n_arg);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks(n)?, 1, 1),
+            block_dim: (ELEMENTWISE, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches swiglu (f32*, f32*, f32*, i32); all hold >= n floats (checked
+        // above) and the kernel guards i < n.
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching swiglu"))?;
+        Ok(())
+    }
+
+    /// out[0] = the first index of the largest of x.
+    pub fn argmax(
+        &self,
+        dev: &CudaBackend,
+        x: &CudaSlice<f32>,
+        out: &mut CudaSlice<i32>,
+    ) -> Result<(), CudaError> {
+        need(out.len(), 1, "argmax out")?;
+        let n_arg = i32_arg(x.len(), "n")?;
+        let mut b = dev.stream().launch_builder(&self.argmax);
+        b.arg(x).arg(&n_arg).arg(out);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches argmax (f32*, i32, i32*); x holds n floats, out one int; the block
+        // is TS_BLOCK threads, the size of the kernel's shared arrays.
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching argmax"))?;
+        Ok(())
+    }
+}
+
+/// RoPE (and Qwen3's per-head norms) of one attention launch.
+#[derive(Copy, Clone, Debug)]
+pub struct RopeArgs<'a> {
+    /// q_norm and k_norm weights, [head_dim] each; `None` for Llama.
+    pub norms: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
+    pub eps: f32,
+    /// [R / 2] frequencies (ops.rs's `Rope::inv_freq`).
+    pub inv_freq: &'a CudaSlice<f32>,
+    /// yarn's factor on cos and sin; 1 otherwise.
+    pub attn_factor: f32,
+}
+
+/// The dimensions of one attention launch.
+#[derive(Copy, Clone, Debug)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Positions the cache and the scores scratch hold.
+    pub cap: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_names_every_kernel_and_the_block() {
+        for k in [
+            "add_rmsnorm",
+            "add_vec",
+            "attention_rope",
+            "swiglu",
+            "argmax",
+        ] {
+            assert!(
+                DECODE_OPS_SOURCE.contains(&format!("__global__ void {k}(")),
+                "{k}"
+            );
+        }
+        assert!(DECODE_OPS_SOURCE.contains(&format!("#define TS_BLOCK {BLOCK}\n")));
+        assert!(DECODE_OPS_SOURCE.contains(&format!("qs[{MAX_HEAD_DIM}]")));
+        assert!(DECODE_OPS_SOURCE.contains(&format!("ks[{MAX_HEAD_DIM}]")));
+        assert!(DECODE_OPS_SOURCE.contains("#ifndef TS_MUTATE_DROP_ROPE"));
+    }
+
+    #[test]
+    fn resident_table_has_no_rotated_format() {
+        let t = resident_capability_table();
+        assert!(!t.is_empty());
+        assert!(
+            t.iter()
+                .all(|c| c.format.spec().rotation == quant_core::Rotation::None)
+        );
+        assert!(t.iter().any(|c| c.format == quant_core::Format::Int4G64));
+    }
+
+    /// Compiles the source where NVRTC exists (no GPU needed).
+    #[test]
+    fn source_compiles_where_nvrtc_exists() {
+        if let Err(e) = crate::compile::nvrtc_available() {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        for extra in [None, Some("-DTS_MUTATE_DROP_ROPE")] {
+            let mut options = vec!["--gpu-architecture=sm_90".to_string()];
+            options.extend(extra.map(str::to_string));
+            let r = compile_ptx_with_opts(
+                DECODE_OPS_SOURCE,
+                CompileOptions {
+                    options,
+                    ..Default::default()
+                },
+            );
+            assert!(r.is_ok(), "{extra:?}: {r:?}");
+        }
+    }
+}

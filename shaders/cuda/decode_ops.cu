@@ -1,0 +1,198 @@
+// decode_ops.cu: the non-GEMV operations of the engine's device-resident decode path
+// (crates/kernels-cuda/src/resident.rs launches them; crates/engine/src/resident.rs chains
+// them with the GEMVs on one stream). One token at a time (S = 1), f32 throughout, written
+// to follow crates/engine/src/ops.rs and llama.rs step for step:
+//   add_rmsnorm      x += d (optional); out = w * x / sqrt(mean(x^2) + eps), zero padding
+//   add_vec          y += b (biases)
+//   attention_rope   per query head: optional RMSNorm of q and k (Qwen3 q_norm / k_norm)
+//                    and RoPE (rotate_half pairs (i, i + R/2), R = 2 * len(inv_freq)),
+//                    the rotated k written to the device KV cache, then one query token's
+//                    GQA attention over the cache, softmax with max subtraction, output into
+//                    the o_proj input (padding untouched)
+//   swiglu           out = silu(g) * u
+//   argmax           first index of the largest logit
+// Compiled by NVRTC (no headers). TS_MUTATE_DROP_ROPE (mutation tests only) skips the
+// rotation, so the engine's GPU test can be shown to catch a broken kernel.
+
+#define TS_BLOCK 1024
+#define TS_NEG_INF __int_as_float(0xff800000)
+
+// Sum over the block; every thread gets the total. `red` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int k = 0; k < warps; ++k) t += red[k];
+    return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = red[0];
+    for (int k = 1; k < warps; ++k) t = fmaxf(t, red[k]);
+    return t;
+}
+
+// One block. x [n] (the residual stream) += d [n] when d is not null; out [stride]
+// = w * x * r for i < n, 0 for n <= i < stride.
+extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ d,
+                                       const float* __restrict__ w, float* __restrict__ out,
+                                       int n, int stride, float eps) {
+    __shared__ float red[32];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = x[i];
+        if (d != nullptr) {
+            v += d[i];
+            x[i] = v;
+        }
+        ss += v * v;
+    }
+    const float total = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(total / (float)n + eps);
+    for (int i = threadIdx.x; i < stride; i += blockDim.x) {
+        out[i] = i < n ? w[i] * (x[i] * r) : 0.f;
+    }
+}
+
+// y [n] += b [n].
+extern "C" __global__ void add_vec(float* __restrict__ y, const float* __restrict__ b, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += b[i];
+}
+
+// In place on one head in shared memory (all threads of the block call it): RMSNorm with
+// `nw` ([hd]; null: none), then RoPE at `pos`, pairs (i, i + half) as ops.rs's apply_half.
+__device__ void norm_rope_head(float* head, int hd, const float* __restrict__ nw, float eps,
+                               const float* __restrict__ inv_freq, int half, float af, int pos,
+                               float* red) {
+    if (nw != nullptr) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += head[i] * head[i];
+        const float total = block_sum(ss, red);
+        const float r = 1.0f / sqrtf(total / (float)hd + eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) head[i] = nw[i] * (head[i] * r);
+        __syncthreads();
+    }
+#ifndef TS_MUTATE_DROP_ROPE
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float ang = (float)pos * inv_freq[i];
+        const float c = cosf(ang) * af, s = sinf(ang) * af;
+        const float a = head[i], b = head[i + half];
+        head[i] = a * c - b * s;
+        head[i + half] = b * c + a * s;
+    }
+#endif
+    __syncthreads();
+}
+
+// Grid: nh blocks (query heads), one token at position `pos`. q [nh * hd] and knew [kvw]
+// as q_proj / k_proj wrote them; kc / vc [cap, kvw] with kvw = nkv * hd, vc's row `pos`
+// holding this token's v (v_proj writes it there). Each block normalises (Qwen3: qn / kn,
+// [hd]; null for Llama) and rotates its q head and its group's k head in shared memory; the
+// first block of each group writes the rotated k into the cache's row `pos`, which no
+// block of this launch reads (each uses its own copy), so there is no race. Then softmax over
+// the pos + 1 positions (scores: scratch [nh, cap]) and out[h * hd + d] = sum_j p_j v_j[d].
+extern "C" __global__ void attention_rope(const float* __restrict__ q,
+                                          const float* __restrict__ knew, float* __restrict__ kc,
+                                          const float* __restrict__ vc,
+                                          float* __restrict__ scores, float* __restrict__ out,
+                                          int hd, int group, int kvw, int pos, int cap,
+                                          float scale, const float* __restrict__ qn,
+                                          const float* __restrict__ kn, float eps,
+                                          const float* __restrict__ inv_freq, int half,
+                                          float af) {
+    __shared__ float red[32];
+    __shared__ float qs[1024];
+    __shared__ float ks[1024];
+    const int h = blockIdx.x, g = h / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        qs[i] = q[(size_t)h * hd + i];
+        ks[i] = knew[(size_t)g * hd + i];
+    }
+    __syncthreads();
+    norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
+    norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
+    if (h % group == 0) {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) krow[i] = ks[i];
+    }
+    const int seen = pos + 1;
+    float* p = scores + (size_t)h * cap;
+    for (int j = warp; j < seen; j += warps) {
+        const float* kj = j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd;
+        float acc = 0.f;
+        for (int i = lane; i < hd; i += 32) acc += qs[i] * kj[i];
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) p[j] = acc * scale;
+    }
+    __syncthreads();
+    float m = TS_NEG_INF;
+    for (int j = threadIdx.x; j < seen; j += blockDim.x) m = fmaxf(m, p[j]);
+    m = block_max(m, red);
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < seen; j += blockDim.x) {
+        const float e = expf(p[j] - m);
+        p[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);  // its leading __syncthreads orders the p[j] writes too
+    const float inv = 1.0f / sum;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        const float* vd = vc + (size_t)g * hd + d;
+        float acc = 0.f;
+        for (int j = 0; j < seen; ++j) acc += (p[j] * inv) * vd[(size_t)j * kvw];
+        out[(size_t)h * hd + d] = acc;
+    }
+}
+
+// out [n] = silu(g) * u.
+extern "C" __global__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
+                                  float* __restrict__ out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float v = g[i];
+        out[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+// One block: out[0] = the first index of the largest of x [n] (NaN never wins).
+extern "C" __global__ void argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
+    __shared__ float bv[TS_BLOCK];
+    __shared__ int bi[TS_BLOCK];
+    float best = TS_NEG_INF;
+    int idx = n;  // "none yet": larger than every real index
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = x[i];
+        if (v > best || (idx == n && v == best)) {
+            best = v;
+            idx = i;
+        }
+    }
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const float ov = bv[threadIdx.x + s];
+            const int oi = bi[threadIdx.x + s];
+            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) {
+                bv[threadIdx.x] = ov;
+                bi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = bi[0] < n ? bi[0] : 0;
+}
