@@ -4,6 +4,7 @@
 #   bash .device/run.sh test     conformance suite (GEMV, GEMM, MoE), then the three mutation
 #                                runs on the GEMV, the GEMM and the MoE GEMV (each must fail)
 #   bash .device/run.sh bench    bench_gemv (with $TUNINGS), bench_gemm, then the torch anchors
+#                                (SKIP_GEMM=1 / SKIP_ANCHORS=1 leave those out)
 #   bash .device/run.sh matrix   `xtask test-matrix --backend cuda` (docs/BACKENDS.md column)
 #   bash .device/run.sh all      test, bench, matrix (mind the 10-minute call limit)
 # Several stages may be given: `bash .device/run.sh test bench`. Every step has its own
@@ -47,11 +48,14 @@ if has bench; then
   OUT="$OUT" timeout 240 .device/bench_gemv --tunings "${TUNINGS:-default}" ${GEMV_ARGS:-} > "$OUT/bench_gemv.md" 2> "$OUT/bench_gemv.log"
   echo "bench_gemv rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
   cat "$OUT/bench_gemv.md"
+  if [ -z "${SKIP_GEMM:-}" ]; then
   echo "== bench_gemm"
   start=$(date +%s)
   OUT="$OUT" timeout 180 .device/bench_gemm ${GEMM_ARGS:-} > "$OUT/bench_gemm.md" 2> "$OUT/bench_gemm.log"
   echo "bench_gemm rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
   cat "$OUT/bench_gemm.md"
+  fi
+  if [ -z "${SKIP_ANCHORS:-}" ]; then
   echo "== torch anchors"
   OUT="$OUT" timeout 120 python3 .device/anchor_gpu.py > "$OUT/anchor_gpu.log" 2>&1
   echo "anchor_gpu rc=$?" | tee -a "$OUT/summary.txt"
@@ -59,6 +63,7 @@ if has bench; then
   OUT="$OUT" timeout 90 python3 .device/anchor_gemm.py "${GEMM_BATCHES:-512}" > "$OUT/anchor_gemm.log" 2>&1
   echo "anchor_gemm rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/anchor_gemm.log"
+  fi
 fi
 if has matrix; then
   if [ -x .device/xtask ]; then

@@ -1,6 +1,8 @@
 // tessera CUDA tier: y[S, O] = x[S, I] . W^T. GEMV for every registry format at S = 1..16
-// (CUDA cores, and tensor cores where a format's codes are exact in f16), GEMM for S >= 17
-// on the tensor cores (TS_GEMM, below the GEMV), and the MoE grouped GEMV (TS_MOE).
+// (CUDA cores, and tensor cores where a format's codes are exact in f16: the 16-row kernel
+// TS_MMA, or the GEMM kernel with split-K over the row), GEMM for S >= 17 on the tensor
+// cores (TS_GEMM, below the GEMV), the MoE grouped GEMV (TS_MOE), and the device-side
+// activation split for the tensor-core GEMVs (TS_PREP).
 //
 // Compiled by NVRTC at run time (crates/kernels-cuda/src/compile.rs), one module per build.
 // The CUDA-core GEMV build:
@@ -861,6 +863,17 @@ struct MmaDepth {
 #endif
 };
 
+// Independent accumulator chains of the tensor-core GEMV's k-block (-DTS_MMA_CHAINS): at
+// small S a k-block's MMAs all feed one n8 tile, so with one chain each waits for the last.
+template <int S>
+struct MmaChains {
+#ifdef TS_MMA_CHAINS
+    enum { CH = TS_MMA_CHAINS };
+#else
+    enum { CH = S <= 4 ? 2 : 1 };
+#endif
+};
+
 // Columns of one segment of the activation sums (layout.rs MMA_SUM_SEGMENT): a k-block of
 // the 4-bit affine formats, whose zero term is zero * (sum of x over the k-block).
 #define TS_SUM_SEG 128
@@ -1053,6 +1066,7 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
         U = 32 / CBT,            // k-blocks a stage: 2 rows * CBT * U = 64 bytes a lane
         KB_COLS = 4 * CBT * F::CPB,
         SCALED = !F::ROW_SCALE,
+        CH = MmaChains<S>::CH,
     };
     static_assert(GS == 0 || GS % KB_COLS == 0, "a k-block must sit inside one group");
 #pragma unroll
@@ -1113,14 +1127,18 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                     }
                 }
             }
-            // Row-scaled formats accumulate straight into acc; the others per k-block.
-            float c[L][NT][4];
+            // Row-scaled formats accumulate straight into acc; the others per k-block. The
+            // k-block's MMAs alternate between CH independent accumulators (chains), so
+            // consecutive MMAs do not wait on each other; they are summed after the k-block.
+            float cc[CH][L][NT][4];
 #pragma unroll
-            for (int l = 0; l < L; ++l)
+            for (int ch = 0; ch < CH; ++ch)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
+                for (int l = 0; l < L; ++l)
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) c[l][nt][q] = SCALED ? 0.0f : acc[l][nt][q];
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = (SCALED || ch > 0) ? 0.0f : acc[l][nt][q];
 #pragma unroll
             for (int wi = 0; wi < NW; ++wi) {
                 u32 p[L][2][F::PW];
@@ -1142,20 +1160,33 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                     for (int nt = 0; nt < NT; ++nt) {
                         u32 fb[L][2];
                         float fc[L][4];
+                        const int ch = (wi * F::MPW + j) % CH;
 #pragma unroll
                         for (int l = 0; l < L; ++l) {
                             mma_b<FMT, NXW>(xv[l][nt], wi, j, fb[l]);
 #pragma unroll
-                            for (int q = 0; q < 4; ++q) fc[l][q] = c[l][nt][q];
+                            for (int q = 0; q < 4; ++q) fc[l][q] = cc[ch][l][nt][q];
                         }
                         mma16816<L>(fa, fb, fc);
 #pragma unroll
                         for (int l = 0; l < L; ++l)
 #pragma unroll
-                            for (int q = 0; q < 4; ++q) c[l][nt][q] = fc[l][q];
+                            for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = fc[l][q];
                     }
                 }
             }
+            float c[L][NT][4];
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        float v = cc[0][l][nt][q];
+#pragma unroll
+                        for (int ch = 1; ch < CH; ++ch) v += cc[ch][l][nt][q];
+                        c[l][nt][q] = v;
+                    }
             if constexpr (!SCALED) {
 #pragma unroll
                 for (int l = 0; l < L; ++l)
@@ -1310,9 +1341,12 @@ TS_DEV void gemm_stage_x(const GArgs& a, i64 st, int nt0, u8* dst, int tid, int 
 template <int FMT, int GS, int CBT, int L>
 TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
                         u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
-                        u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR]) {
+                        u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR],
+                        i64 st_end = (i64)1 << 62) {
     typedef GemmShape<FMT, CBT> G;
-    const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
+    // Stages at or past st_end (the end of a split-K block's range) load nothing: they
+    // belong to the next block, and reading them would only waste bandwidth.
+    const i64 nkb = st < st_end ? mma_kblocks<FMT, CBT>(a.m) : 0;
 #pragma unroll
     for (int l = 0; l < L; ++l) {
         const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
@@ -1563,11 +1597,28 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
 #if defined(TS_GEMM)
 // GEMM build (-DTS_GEMM=<P> -DTS_MMA=<CBT>): exports gemm_p<P>,
 //   (const u8* w, const u8* sc, const u8* xg, const float* xa, float* y,
-//    long long row_bytes, int O, int S, int x_stride, int sc_row, int nbt, int sp)
-// Grid: (ceil(O / (32 TS_GEMM_WARPS)), nbt / TS_GEMM_NT); dynamic shared memory
+//    long long row_bytes, int O, int S, int x_stride, int sc_row, int nbt, int sp,
+//    float* ws, unsigned* cnt)
+// Grid: (ceil(O / (32 TS_GEMM_WARPS)), nbt / TS_GEMM_NT, splits); dynamic shared memory
 // TS_GEMM_STAGES * TS_GEMM_NT * GemmShape::TILE bytes.
+//
+// Split-K (gridDim.z = splits > 1; the GEMV at S <= 16 runs this kernel with few n8 tiles,
+// and a row block alone would leave most SMs idle): block z takes stages
+// [z sps, (z + 1) sps) of the row, writes its partial outputs (1/p and row scale applied:
+// the sum is linear) to ws [splits, S, O], and the last block of a (row block, column
+// block) to finish, found by an atomic counter in cnt (zero before the launch; that block
+// resets it), sums the splits in z order (deterministic) and writes y. So every output
+// is written by one store, after all its partials, in one launch.
+// TS_GEMM_WDEPTH: stages of weights a warp holds in registers (WDEPTH - 1 in flight while
+// one is multiplied); TS_GEMM_MINB: the register cap (__launch_bounds__ minimum blocks).
 #ifndef TS_FMT
 #error "compile with -DTS_FMT=<format id>"
+#endif
+#ifndef TS_GEMM_WDEPTH
+#define TS_GEMM_WDEPTH 2
+#endif
+#ifndef TS_GEMM_MINB
+#define TS_GEMM_MINB 1
 #endif
 TS_DEV void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -1575,22 +1626,25 @@ TS_DEV void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 #define TS_GEMM_KERNEL_(P_)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * TS_GEMM_WARPS, 1)                                        \
+    extern "C" __global__ void __launch_bounds__(32 * TS_GEMM_WARPS, TS_GEMM_MINB)                             \
         gemm_p##P_(const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xg,             \
                    const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride, \
-                   int sc_row, int nbt, int sp) {                                                              \
-        gemm_body<P_>(w, sc, xg, xa, y, row_bytes, O, S, x_stride, sc_row, nbt, sp);                          \
+                   int sc_row, int nbt, int sp, float* __restrict__ ws, unsigned* __restrict__ cnt) {           \
+        gemm_body<P_>(w, sc, xg, xa, y, row_bytes, O, S, x_stride, sc_row, nbt, sp, ws, cnt);                 \
     }
 template <int P>
 __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __restrict__ sc,
                                           const u8* __restrict__ xg, const float* __restrict__ xa,
                                           float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride,
-                                          int sc_row, int nbt, int sp) {
+                                          int sc_row, int nbt, int sp, float* __restrict__ ws,
+                                          unsigned* __restrict__ cnt) {
     typedef GemmShape<TS_FMT, TS_MMA> G;
     typedef MmaFmt<TS_FMT> F;
-    enum { NTW = TS_GEMM_NT, ST = TS_GEMM_STAGES, SB = NTW * G::TILE };
+    enum { NTW = TS_GEMM_NT, ST = TS_GEMM_STAGES, SB = NTW * G::TILE, WD = TS_GEMM_WDEPTH };
     static_assert(ST >= 2, "at least double buffering");
+    static_assert(WD >= 1 && WD <= 6, "1 .. 6 weight stages");
     extern __shared__ __align__(16) u8 smem[];
+    __shared__ unsigned last_block;
     GArgs a;
     a.m.w = w;
     a.m.sc = sc;
@@ -1605,14 +1659,19 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     a.nbt = nbt;
     a.sp = sp;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int r0w = blockIdx.x * (32 * TS_GEMM_WARPS) + 32 * warp;
+    const int rb0 = blockIdx.x * (32 * TS_GEMM_WARPS);
+    const int r0w = rb0 + 32 * warp;
     const int nt0 = blockIdx.y * NTW;
     const bool active = r0w < O;  // uniform across the warp; idle warps still stage and sync
     const i64 nkb = mma_kblocks<TS_FMT, TS_MMA>(a.m);
     const i64 nst = (nkb + G::U - 1) / G::U;
+    const int nz = (int)gridDim.z;
+    const i64 sps = (nst + nz - 1) / nz;
+    const i64 st0 = (i64)blockIdx.z * sps;
+    const i64 st1 = st0 + sps < nst ? st0 + sps : nst;
 #pragma unroll
     for (int k = 0; k < ST - 1; ++k) {
-        if (k < nst) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, k, nt0, smem + k * SB, tid, blockDim.x);
+        if (st0 + k < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, st0 + k, nt0, smem + ((st0 + k) % ST) * SB, tid, blockDim.x);
         cp_commit();
     }
     float acc[1][2][NTW][4];
@@ -1622,37 +1681,149 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
         for (int j = 0; j < NTW; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[0][mt][j][e] = 0.0f;
-    u32 wv[1][2][2][G::U][G::NW];
-    u32 sv[1][2][2][G::U][F::NR];
-    gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, 0, lane, wv, sv);
-    for (i64 st = 0; st < nst; ++st) {
-        // Stage st has landed (at most ST - 2 newer groups pending), and every warp is done
-        // with stage st - 1, whose buffer the next copy overwrites.
-        cp_wait<ST - 2>();
-        __syncthreads();
-        const i64 nx = st + ST - 1;
-        if (nx < nst) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, nx, nt0, smem + (nx % ST) * SB, tid, blockDim.x);
-        cp_commit();
-        u32 wn[1][2][2][G::U][G::NW];
-        u32 sn[1][2][2][G::U][F::NR];
-        gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + 1, lane, wn, sn);
-        if (active) gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv, sv, smem + (st % ST) * SB, nt0, acc);
+    // A ring of WD weight stages: while stage st is multiplied, st + 1 .. st + WD - 1 are
+    // in flight; its registers are refilled WD stages ahead right after.
+    u32 wv[WD][1][2][2][G::U][G::NW];
+    u32 sv[WD][1][2][2][G::U][F::NR];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+    for (int d = 0; d < WD; ++d) gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st0 + d, lane, wv[d], sv[d], st1);
+    for (i64 sb = st0; sb < st1; sb += WD) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int u = 0; u < G::U; ++u) {
-#pragma unroll
-                    for (int k = 0; k < G::NW; ++k) wv[0][mt][h][u][k] = wn[0][mt][h][u][k];
-#pragma unroll
-                    for (int k = 0; k < F::NR; ++k) sv[0][mt][h][u][k] = sn[0][mt][h][u][k];
-                }
+        for (int d = 0; d < WD; ++d) {
+            const i64 st = sb + d;
+            if (st >= st1) break;  // uniform across the block
+            // Stage st has landed (at most ST - 2 newer groups pending), and every warp is
+            // done with stage st - 1, whose buffer the next copy overwrites.
+            cp_wait<ST - 2>();
+            __syncthreads();
+            const i64 nx = st + ST - 1;
+            if (nx < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, nx, nt0, smem + (nx % ST) * SB, tid, blockDim.x);
+            cp_commit();
+            if (active)
+                gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB, nt0,
+                                                              acc);
+            gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + WD, lane, wv[d], sv[d], st1);
+        }
     }
-    if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);
+    if (nz == 1) {
+        if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);
+        return;
+    }
+    if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, ws + (i64)blockIdx.z * S * O);
+    // Publish the partial, then count this block in; the last one reduces.
+    __threadfence();
+    __syncthreads();
+    const unsigned ctr = blockIdx.y * gridDim.x + blockIdx.x;
+    if (tid == 0) last_block = atomicAdd(cnt + ctr, 1u) == (unsigned)(nz - 1) ? 1u : 0u;
+    __syncthreads();
+    if (last_block == 0u) return;
+    __threadfence();
+    enum { ROWS = 32 * TS_GEMM_WARPS };
+    const int s_lo = nt0 * 8 / P, s_hi = (nt0 + NTW) * 8 / P;
+    for (int k = tid; k < ROWS * (s_hi - s_lo); k += blockDim.x) {
+        const int row = rb0 + k % ROWS, s = s_lo + k / ROWS;
+        if (row >= O || s >= S) continue;
+        float v = 0.0f;
+        for (int z = 0; z < nz; ++z) v += __ldcg(ws + ((i64)z * S + s) * O + row);
+        y[(i64)s * O + row] = v;
+    }
+    if (tid == 0) cnt[ctr] = 0u;  // ready for the next launch
 }
 #define TS_GEMM_KERNEL(P_) TS_GEMM_KERNEL_(P_)
 TS_GEMM_KERNEL(TS_GEMM)
+
+#elif defined(TS_PREP)
+// Tile-GEMV activation build (-DTS_PREP -DTS_MMA=<CBT> -DTS_PREP_NIB=<0|1>): exports
+// tile_prep, (const float* x, unsigned short* xg, float* xa, int S, int xs, int nbt, int sp).
+// The device twin of layout.rs `gemm_activations` with two parts, for activations already on
+// the device ([S, xs] f32, zero past I, in the stored domain): per row s, p = 2^(14 - e) with
+// max |x| in [2^e, 2^(e+1)) (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite
+// row), x_hi = f16(x p), x_lo = f16(x p - x_hi), both round-to-nearest of values exact in f32,
+// so the halves are the host's whenever both pick the same p (the host takes e from an f32
+// log2, which may round up just below a power of two: then p differs by 2, equally exact); xa = [sp] 1/p, then [sp, xs / 128] sums of x p
+// (summed in f32 here, in f64 on the host). Rows s in [S, sp) are padding: zero halves,
+// 1/p = 1, zero sums. Grid: sp blocks of 256 threads.
+// With -DTS_PREP_ROWS it writes the 16-row tensor-core GEMV's layout instead (layout.rs
+// `split_activations`): halves [2S, xs], row 2s + part, 4-bit formats in nibble order within
+// each 8 columns; xa [S] 1/p, then [S, xs / 128] sums (launched with sp = S, nbt unused).
+#ifndef TS_PREP_NIB
+#error "compile with -DTS_PREP_NIB=<0|1>"
+#endif
+TS_DEV u32 f32_to_f16_rn(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return (u32)h;
+}
+// Offset (in halves) of B column n, column i: layout.rs GemmLayout::offset.
+TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
+    enum { CPB = TS_PREP_NIB ? 2 : 1, SC = 64 * CPB, LANE_COLS = TS_MMA * CPB, KBC = 4 * LANE_COLS, NQ = LANE_COLS / 8 };
+    const i64 st = i / SC;
+    const int ii = (int)(i % SC);
+    const int kb = ii / KBC, c = ii % KBC;
+    const int t = c / LANE_COLS, cw = c % LANE_COLS;
+    const int q = cw / 8, e = cw % 8;
+    const int pos = TS_PREP_NIB ? 2 * (e % 4) + e / 4 : e;
+    const int nt = n / 8, g = n % 8;
+#ifdef TS_PREP_ROWS
+    (void)st;
+    (void)kb;
+    (void)t;
+    (void)q;
+    (void)nt;
+    (void)g;
+    (void)nbt;
+    return (i64)n * xs_rows + (i - e + pos);
+#else
+    return (st * nbt + nt) * (i64)(SC * 8) + (((kb * NQ + q) * 8 + g) * 4 + t) * 8 + pos;
+#endif
+}
+extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
+                                                           float* __restrict__ xa, int S, int xs, int nbt, int sp) {
+    __shared__ float red[8];
+    __shared__ float pp[2];
+    const int s = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const bool real = s < S;
+    const float* row = x + (i64)s * xs;
+    float m = 0.0f;
+    if (real)
+        for (int i = tid; i < xs; i += 256) m = fmaxf(m, fabsf(row[i]));
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    if (tid == 0) {
+        float mm = 0.0f;
+        for (int k = 0; k < 8; ++k) mm = fmaxf(mm, red[k]);
+        float p = 1.0f, inv = 1.0f;
+        if (mm > 0.0f && isfinite(mm)) {
+            int k = 14 - ilogbf(mm);
+            k = k < -100 ? -100 : (k > 100 ? 100 : k);
+            p = ldexpf(1.0f, k);
+            inv = ldexpf(1.0f, -k);
+        }
+        pp[0] = p;
+        pp[1] = inv;
+        xa[s] = inv;
+    }
+    __syncthreads();
+    const float p = pp[0];
+    for (int i = tid; i < xs; i += 256) {
+        const float v = real ? row[i] * p : 0.0f;
+        const u32 hi = f32_to_f16_rn(v);
+        const u32 lo = f32_to_f16_rn(v - f16_to_f32(hi));
+        xg[tile_offset(2 * s, i, nbt, xs)] = (unsigned short)hi;
+        xg[tile_offset(2 * s + 1, i, nbt, xs)] = (unsigned short)lo;
+    }
+    const int segs = xs / TS_SUM_SEG;
+    for (int g = warp; g < segs; g += 8) {
+        float v = 0.0f;
+        if (real)
+#pragma unroll
+            for (int k = 0; k < TS_SUM_SEG / 32; ++k) v += row[(i64)g * TS_SUM_SEG + lane + 32 * k] * p;
+        v = warp_sum(v);
+        if (lane == 0) xa[sp + (i64)s * segs + g] = v;
+    }
+}
 
 #elif defined(TS_MOE)
 // MoE grouped GEMV build (-DTS_MOE=<pairs per work item> -DTS_MOE_LIST=<variants>):

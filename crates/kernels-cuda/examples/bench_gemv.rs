@@ -9,8 +9,10 @@
 //! through at least 512 MB so the 60 MB L2 never holds the next launch's weights.
 //!
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
-//!                   [--tunings default,w8d3b2,...] [--cuda-cores]
-//! `--tunings` times the tensor-core kernel once per tuning (`w<warps>d<depth>b<min
+//!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores]
+//! `--tunings` times the tensor-core kernels once per tuning: `default`; `rows` (the 16-row
+//! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
+//! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
 //! blocks>`, `x` for the source's default; see `kernels_cuda::Tuning`); `--cuda-cores` adds
 //! the CUDA-core kernel where the tensor cores serve the shape. Prints a markdown table;
 //! with $OUT set also writes $OUT/bench_gemv.json. Without a GPU it prints "skipped: ..."
@@ -56,7 +58,52 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
     }
-    let bad = || format!("tuning {name}: expected w<n>d<n|x>b<n|x>");
+    // "rows": the 16-row tensor-core GEMV at its defaults; "rowsc1": with one accumulator
+    // chain (the kernel before session 3).
+    if name == "rows" || name == "rowsc1" {
+        return Ok(Tuning {
+            tiles_from_s: Some(0),
+            mma_chains: (name == "rowsc1").then_some(1),
+            ..Tuning::default()
+        });
+    }
+    // t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x stages>]: the
+    // split-K tile GEMV with these knobs.
+    if let Some(rest) = name.strip_prefix('t') {
+        let bad = || format!("tuning {name}: expected t<n>d<n>b<n>k<n>[m<n>][s<n>]");
+        let mut t = Tuning {
+            tiles_from_s: Some(1),
+            ..Tuning::default()
+        };
+        let mut key = 'w';
+        let mut num = String::new();
+        let set = |k: char, v: &str, t: &mut Tuning| -> Result<(), String> {
+            let v: u32 = v.parse().map_err(|_| bad())?;
+            match k {
+                'w' => t.tile_warps = v,
+                'd' => t.tile_depth = v,
+                'b' => t.tile_min_blocks = v,
+                'k' => t.tile_blocks_per_sm = v,
+                'm' => t.tile_min_stages = v,
+                's' => t.gemm_stages = v,
+                _ => return Err(bad()),
+            }
+            Ok(())
+        };
+        for c in rest.chars() {
+            if c.is_ascii_digit() {
+                num.push(c);
+            } else {
+                set(key, &num, &mut t)?;
+                key = c;
+                num.clear();
+            }
+        }
+        set(key, &num, &mut t)?;
+        t.check()?;
+        return Ok(t);
+    }
+    let bad = || format!("tuning {name}: expected default, rows, t..., or w<n>d<n|x>b<n|x>");
     let rest = name.strip_prefix('w').ok_or_else(bad)?;
     let (w, rest) = rest.split_once('d').ok_or_else(bad)?;
     let (d, b) = rest.split_once('b').ok_or_else(bad)?;
@@ -67,10 +114,12 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             v.parse().map(Some).map_err(|_| bad())
         }
     };
+    // w...: the 16-row tensor-core GEMV with these knobs.
     let t = Tuning {
         mma_warps: w.parse().map_err(|_| bad())?,
         mma_depth: opt(d)?,
         mma_min_blocks: opt(b)?,
+        tiles_from_s: Some(0),
         ..Tuning::default()
     };
     t.check()?;

@@ -54,6 +54,12 @@ pub struct Capability {
     /// The tensor-core kernel, where the format has one; used when
     /// [`Capability::mma_for`] accepts the tensor's row length.
     pub mma: Option<MmaKernel>,
+    /// GEMV rows with a tensor-core kernel: the smallest S at which
+    /// [`crate::KernelPath::Auto`] takes the split-K tile GEMV rather than the 16-row one
+    /// (17: never). Measured on the H200 (docs/CUDA.md, 2026-11-30 session 3): the tile
+    /// kernel wins at S = 16 for int4-row and the 136-byte affine blocks, the 16-row kernel
+    /// for the others and everywhere at S = 1.
+    pub tiles_from: usize,
 }
 
 impl Capability {
@@ -124,14 +130,28 @@ const fn gemv(format: Format, fmt: u32, group: u32) -> Capability {
         constraint: GEMV_S,
         kernel: KernelId { fmt, group },
         mma: None,
+        tiles_from: NO_TILES,
     }
 }
+
+/// [`Capability::tiles_from`] of rows that never take the tile GEMV.
+const NO_TILES: usize = 17;
+/// [`Capability::tiles_from`] of the formats whose S > 4 GEMV the tile kernel serves.
+const TILES_ABOVE_4: usize = 5;
 
 /// A row that also has a tensor-core kernel loading `chunk_bytes` a lane.
 const fn gemv_mma(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Capability {
     Capability {
         mma: Some(MmaKernel { chunk_bytes }),
         ..gemv(format, fmt, group)
+    }
+}
+
+/// [`gemv_mma`] whose batches from [`TILES_ABOVE_4`] run the split-K tile GEMV.
+const fn gemv_tiles(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Capability {
+    Capability {
+        tiles_from: TILES_ABOVE_4,
+        ..gemv_mma(format, fmt, group, chunk_bytes)
     }
 }
 
@@ -145,6 +165,7 @@ const fn gemm(format: Format, fmt: u32, group: u32, chunk_bytes: u32) -> Capabil
         constraint: GEMM_S,
         kernel: KernelId { fmt, group },
         mma: Some(MmaKernel { chunk_bytes }),
+        tiles_from: NO_TILES,
     }
 }
 
@@ -154,7 +175,7 @@ pub static CAPABILITIES: &[Capability] = &[
     gemv(Format::F16, fmt_id::F16, 0),
     gemv(Format::Bf16, fmt_id::BF16, 0),
     gemv_mma(Format::Int8Row, fmt_id::INT8_ROW, 0, 16),
-    gemv_mma(Format::Int4Row, fmt_id::INT4_ROW, 0, 16),
+    gemv_tiles(Format::Int4Row, fmt_id::INT4_ROW, 0, 16),
     gemv(Format::Int2Row, fmt_id::INT2_ROW, 0),
     gemv(Format::Int4G16, fmt_id::INT4_G, 16),
     gemv_mma(Format::Int4G32, fmt_id::INT4_G, 32, 4),
@@ -169,10 +190,10 @@ pub static CAPABILITIES: &[Capability] = &[
     gemv_mma(Format::Fp8E4m3B128, fmt_id::FP8_F32, 0, 16),
     gemv_mma(Format::Fp8E4m3B128Ue8m0, fmt_id::FP8_UE8M0, 0, 16),
     // hfq4-g256 and mq4-g256 share bytes; mq4's rotation is applied to the activation.
-    gemv_mma(Format::Hfq4G256, fmt_id::HFQ4, 0, 16),
-    gemv_mma(Format::Mq4G256, fmt_id::HFQ4, 0, 16),
-    gemv_mma(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 16),
-    gemv_mma(Format::Mq4cG256, fmt_id::MQ4C, 0, 16),
+    gemv_tiles(Format::Hfq4G256, fmt_id::HFQ4, 0, 16),
+    gemv_tiles(Format::Mq4G256, fmt_id::HFQ4, 0, 16),
+    gemv_tiles(Format::Mq4G256V2, fmt_id::MQ4_V2, 0, 16),
+    gemv_tiles(Format::Mq4cG256, fmt_id::MQ4C, 0, 16),
     gemv(Format::Mq4K, fmt_id::MQ4K, 0),
     gemv(Format::Mxfp4, fmt_id::MXFP4, 0),
     // GEMM: exactly the formats with a tensor-core GEMV, same chunks.
@@ -272,6 +293,24 @@ mod tests {
         assert!(lookup(Op::Gemm, Format::Int4G64, 1 << 16).is_ok());
         assert!(lookup(Op::Gemm, Format::Int4G64, (1 << 16) + 1).is_err());
         assert!(lookup(Op::Gemm, Format::Mxfp4, 512).is_err());
+    }
+
+    /// The tile GEMV is chosen only where a tensor-core kernel exists, within the GEMV's S
+    /// range, and never by a GEMM row.
+    #[test]
+    fn tile_thresholds_are_gemv_tensor_core_rows_only() {
+        for c in CAPABILITIES {
+            assert!((1..=NO_TILES).contains(&c.tiles_from), "{}", c.format);
+            if c.op == Op::Gemm || c.mma.is_none() {
+                assert_eq!(c.tiles_from, NO_TILES, "{} {:?}", c.format, c.op);
+            }
+        }
+        let int4 = lookup(Op::Gemv, Format::Int4Row, 1).unwrap();
+        assert_eq!(int4.tiles_from, TILES_ABOVE_4);
+        assert_eq!(
+            lookup(Op::Gemv, Format::Fp8E4m3B128, 1).unwrap().tiles_from,
+            NO_TILES
+        );
     }
 
     #[test]

@@ -64,12 +64,30 @@ pub struct Tuning {
     /// Minimum resident blocks per SM of the tensor-core GEMV (`TS_MMA_MIN_BLOCKS`, the
     /// register cap); `None`: the source's default per S.
     pub mma_min_blocks: Option<u32>,
+    /// Independent accumulator chains of the tensor-core GEMV's k-block
+    /// (`TS_MMA_CHAINS`, 1 or 2); `None`: the source's default per S.
+    pub mma_chains: Option<u32>,
     /// n8 tiles of B columns per GEMM block (`TS_GEMM_NT`), for 2-part (`Split`)
     /// activations, and for 1-part ones.
     pub gemm_nt_split: u32,
     pub gemm_nt_f16: u32,
     /// cp.async stages of the GEMM's activation tiles (`TS_GEMM_STAGES`).
     pub gemm_stages: u32,
+    /// The split-K tile GEMV ([`Build::GemvTiles`]): `None` lets [`crate::KernelPath::Auto`]
+    /// follow the capability table ([`crate::caps::Capability::tiles_from`]); `Some(n)`
+    /// runs it for S >= n wherever the tensor cores take the shape (`Some(0)`: never,
+    /// the 16-row tensor-core GEMV instead). Benchmarks compare them.
+    pub tiles_from_s: Option<u32>,
+    /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
+    pub tile_warps: u32,
+    /// Weight stages a tile-GEMV warp holds in registers (`TS_GEMM_WDEPTH`).
+    pub tile_depth: u32,
+    /// Minimum resident tile-GEMV blocks per SM (`TS_GEMM_MINB`, the register cap).
+    pub tile_min_blocks: u32,
+    /// Split-K target: the launch aims at this many blocks per SM ...
+    pub tile_blocks_per_sm: u32,
+    /// ... but gives each split at least this many stages of the row.
+    pub tile_min_stages: u32,
 }
 
 impl Default for Tuning {
@@ -78,9 +96,16 @@ impl Default for Tuning {
             mma_warps: crate::layout::MMA_WARPS,
             mma_depth: None,
             mma_min_blocks: None,
+            mma_chains: None,
             gemm_nt_split: 8,
             gemm_nt_f16: 4,
             gemm_stages: 4,
+            tiles_from_s: None,
+            tile_warps: 8,
+            tile_depth: 2,
+            tile_min_blocks: 2,
+            tile_blocks_per_sm: 2,
+            tile_min_stages: 4,
         }
     }
 }
@@ -91,9 +116,16 @@ impl Tuning {
         let ok = (1..=16).contains(&self.mma_warps)
             && self.mma_depth.is_none_or(|d| (1..=6).contains(&d))
             && self.mma_min_blocks.is_none_or(|b| (1..=8).contains(&b))
+            && self.mma_chains.is_none_or(|c| (1..=2).contains(&c))
             && [1, 2, 4, 8].contains(&self.gemm_nt_split)
             && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
-            && (2..=8).contains(&self.gemm_stages);
+            && (2..=8).contains(&self.gemm_stages)
+            && self.tiles_from_s.is_none_or(|s| s <= 17)
+            && [2, 4, 8].contains(&self.tile_warps)
+            && (1..=6).contains(&self.tile_depth)
+            && (1..=4).contains(&self.tile_min_blocks)
+            && (1..=16).contains(&self.tile_blocks_per_sm)
+            && (1..=64).contains(&self.tile_min_stages);
         if ok {
             Ok(())
         } else {
@@ -120,6 +152,19 @@ pub enum Build {
     GemvMma(MmaKernel),
     /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
     Gemm { mma: MmaKernel, parts: u32 },
+    /// The split-K tile GEMV for S <= 16: the GEMM kernel (`-DTS_GEMM=2`, hi + lo parts)
+    /// with `nt` n8 tiles (1, 2 or 4: S <= 4, 8, 16) and the tile knobs of [`Tuning`];
+    /// `gemm_p2`, launched with gridDim.z = splits.
+    GemvTiles { mma: MmaKernel, nt: u32 },
+    /// The tensor-core GEMVs' activation preparation on the device (`-DTS_PREP`,
+    /// `tile_prep`): f32 rows -> the two-part GEMM layout of a `chunk_bytes` kernel (4-bit
+    /// codes when `nibbles`), or with `rows` the 16-row GEMV's split layout, for activations
+    /// that are already on the device.
+    TilePrep {
+        chunk_bytes: u32,
+        nibbles: bool,
+        rows: bool,
+    },
     /// The MoE grouped GEMV over experts of these kernels (variant k = `variants[k]`),
     /// `moe_gemv`; `s` of the key is the pairs per work item.
     Moe { variants: Vec<KernelId> },
@@ -147,6 +192,8 @@ impl ModuleKey {
             Build::Gemv => format!("gemv_s{}", self.s),
             Build::GemvMma(_) => format!("gemv_mma_s{}", self.s),
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
+            Build::GemvTiles { .. } => "gemm_p2".to_string(),
+            Build::TilePrep { .. } => "tile_prep".to_string(),
             Build::Moe { .. } => "moe_gemv".to_string(),
         }
     }
@@ -178,6 +225,9 @@ impl ModuleKey {
                 if let Some(b) = t.mma_min_blocks {
                     o.push(format!("-DTS_MMA_MIN_BLOCKS={b}"));
                 }
+                if let Some(c) = t.mma_chains {
+                    o.push(format!("-DTS_MMA_CHAINS={c}"));
+                }
             }
             Build::Gemm { mma, parts } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
@@ -186,6 +236,29 @@ impl ModuleKey {
                 o.push(format!("-DTS_GEMM={parts}"));
                 o.push(format!("-DTS_GEMM_NT={}", t.gemm_nt(*parts)));
                 o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
+            }
+            Build::GemvTiles { mma, nt } => {
+                o.push(format!("-DTS_FMT={}", self.kernel.fmt));
+                o.push(format!("-DTS_GS={}", self.kernel.group));
+                o.push(format!("-DTS_MMA={}", mma.chunk_bytes));
+                o.push("-DTS_GEMM=2".to_string());
+                o.push(format!("-DTS_GEMM_NT={nt}"));
+                o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
+                o.push(format!("-DTS_GEMM_WARPS={}", t.tile_warps));
+                o.push(format!("-DTS_GEMM_WDEPTH={}", t.tile_depth));
+                o.push(format!("-DTS_GEMM_MINB={}", t.tile_min_blocks));
+            }
+            Build::TilePrep {
+                chunk_bytes,
+                nibbles,
+                rows,
+            } => {
+                o.push("-DTS_PREP".to_string());
+                o.push(format!("-DTS_MMA={chunk_bytes}"));
+                o.push(format!("-DTS_PREP_NIB={}", u32::from(*nibbles)));
+                if *rows {
+                    o.push("-DTS_PREP_ROWS".to_string());
+                }
             }
             Build::Moe { variants } => {
                 o.push(format!("-DTS_MOE={}", self.s));

@@ -64,6 +64,25 @@ pub struct CudaBackend {
     functions: Mutex<HashMap<ModuleKey, CudaFunction>>,
     mutation: Option<&'static str>,
     tuning: Tuning,
+    /// Streaming multiprocessors of the device (the split-K tile GEMV sizes its grid by it).
+    sms: usize,
+    /// Split-K scratch of the tile GEMV: partial outputs [splits, S, O] and one arrival
+    /// counter per row block (zero between launches: the last block of each resets its own).
+    /// Launches on the one stream run in order, so every launch may reuse them.
+    split: Mutex<SplitScratch>,
+    /// Tile-layout activation buffers of the resident path, per (chunk bytes, 4-bit codes,
+    /// n8 tiles, x stride): written by `tile_prep` before each tile GEMV that reads them.
+    prep: Mutex<HashMap<PrepKey, PrepBuffers>>,
+}
+
+/// (chunk bytes, 4-bit codes, n8 tiles or 0 for the 16-row layout, x stride).
+type PrepKey = (u32, bool, usize, usize);
+/// The halves and the 1/p + sums of one resident layout.
+type PrepBuffers = (CudaSlice<u16>, CudaSlice<f32>);
+
+struct SplitScratch {
+    partials: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
 }
 
 /// A weight tensor on the device, in its container's own layout: the weight bytes and the
@@ -122,6 +141,15 @@ pub struct DeviceActivations {
     /// The f16 hi/lo split and its 1/p and segment sums ([`layout::split_activations`]),
     /// for tensors whose GEMV runs on the tensor cores.
     split: Option<(CudaSlice<u16>, CudaSlice<f32>)>,
+    /// The same split in the GEMM kernel's tile order ([`layout::gemm_activations`], two
+    /// parts, [`layout::gemv_tiles`] n8 tiles), for the split-K tile GEMV.
+    tiles: Option<TileInput>,
+}
+
+struct TileInput {
+    layout: GemmLayout,
+    xg: CudaSlice<u16>,
+    xa: CudaSlice<f32>,
 }
 
 /// Which kernel a launch uses.
@@ -132,6 +160,12 @@ pub enum KernelPath {
     Auto,
     /// Always the CUDA-core kernel (for comparisons).
     CudaCores,
+    /// The tensor-core GEMV whose blocks each own 16 rows and split the row among their
+    /// warps (`gemv_mma_s<S>`); refused where the tensor cores do not take the shape.
+    MmaRows,
+    /// The split-K tile GEMV (the GEMM kernel over 1, 2 or 4 n8 tiles, 256-row blocks,
+    /// the row split across blocks); refused where the tensor cores do not take the shape.
+    MmaTiles,
 }
 
 /// How the GEMM represents the activations on the tensor cores (weights are exact in f16
@@ -208,6 +242,16 @@ impl DeviceActivations {
     }
 }
 
+/// Whether [`KernelPath::Auto`] runs the split-K tile GEMV for `cap` at batch `s`: the
+/// tuning's override, else the capability table's threshold.
+fn tiles_at(cap: &caps::Capability, tuning: &Tuning, s: usize) -> bool {
+    match tuning.tiles_from_s {
+        Some(0) => false,
+        Some(n) => s >= n as usize,
+        None => s >= cap.tiles_from,
+    }
+}
+
 /// Activations prepared for (format, I, rotation seed) may only meet a tensor they fit.
 fn check_prepared_for(
     w: &DeviceTensor,
@@ -266,6 +310,19 @@ impl CudaBackend {
         }));
         let (ctx, major, minor, name) = opened.map_err(|p| unavailable(panic_text(p)))??;
         let stream = ctx.default_stream();
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(CudaError::driver("multiprocessor count"))?
+            .max(1) as usize;
+        let alloc = CudaError::driver("allocating split-K scratch");
+        let split = SplitScratch {
+            partials: stream.alloc_zeros::<f32>(1).map_err(alloc)?,
+            counters: stream
+                .alloc_zeros::<u32>(1)
+                .map_err(CudaError::driver("allocating split-K scratch"))?,
+        };
         Ok(CudaBackend {
             ctx,
             stream,
@@ -274,6 +331,9 @@ impl CudaBackend {
             functions: Mutex::new(HashMap::new()),
             mutation,
             tuning,
+            sms,
+            split: Mutex::new(split),
+            prep: Mutex::new(HashMap::new()),
         })
     }
 
@@ -383,8 +443,18 @@ impl CudaBackend {
                     let mut builds = vec![(Build::Gemv, &self.tuning)];
                     for t in tunings {
                         builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t)));
+                        builds.extend(cap.mma.map(|m| {
+                            let nt = layout::gemv_tiles(m.chunk_bytes, false, s).nt as u32;
+                            (Build::GemvTiles { mma: m, nt }, t)
+                        }));
                     }
                     for (b, t) in builds {
+                        // The tile builds do not depend on S beyond their n8 tiles.
+                        let s = if matches!(b, Build::GemvTiles { .. }) {
+                            0
+                        } else {
+                            s
+                        };
                         let key = self.key_tuned(cap.kernel, b, s, t);
                         if !keys.contains(&key) {
                             keys.push(key);
@@ -511,6 +581,22 @@ impl CudaBackend {
         let cap = caps::lookup(Op::Gemv, w.format, s)?;
         let x_stride = w.shape.x_stride as usize;
         let host = layout::prepare_activations(w.format, w.cols, w.rotation_seed, x, s, x_stride)?;
+        let tiles = match cap.mma_for(w.shape.row_bytes as usize) {
+            Some(m) => {
+                let l = layout::gemv_tiles(m.chunk_bytes, caps::nibble_codes(cap.kernel.fmt), s);
+                let (halves, aux) = layout::gemm_activations(&host, s, x_stride, &l)?;
+                let up = CudaError::driver("uploading activations");
+                Some(TileInput {
+                    layout: l,
+                    xg: self.stream.clone_htod(&halves).map_err(up)?,
+                    xa: self
+                        .stream
+                        .clone_htod(&aux)
+                        .map_err(CudaError::driver("uploading activations"))?,
+                })
+            }
+            None => None,
+        };
         let split = match cap.mma_for(w.shape.row_bytes as usize) {
             Some(_) => {
                 let nibbles = caps::nibble_codes(cap.kernel.fmt);
@@ -538,6 +624,7 @@ impl CudaBackend {
             rotation_seed: w.rotation_seed,
             x,
             split,
+            tiles,
         })
     }
 
@@ -600,12 +687,58 @@ impl CudaBackend {
             });
         }
         let sh = w.shape;
-        let mma = match path {
-            KernelPath::Auto => cap.mma_for(sh.row_bytes as usize),
-            KernelPath::CudaCores => None,
+        let tc = cap.mma_for(sh.row_bytes as usize);
+        let use_tiles = tiles_at(cap, tuning, x.s);
+        let (mma, tiles) = match path {
+            KernelPath::Auto => (tc, tc.is_some() && use_tiles),
+            KernelPath::CudaCores => (None, false),
+            KernelPath::MmaRows | KernelPath::MmaTiles => {
+                if tc.is_none() {
+                    return Err(CudaError::Shape {
+                        format: w.format,
+                        what: format!(
+                            "{path:?}: the tensor cores do not take rows of {} bytes",
+                            sh.row_bytes
+                        ),
+                    });
+                }
+                (tc, path == KernelPath::MmaTiles)
+            }
         };
+        if let (Some(m), true, Some(t)) = (mma, tiles, &x.tiles) {
+            let tile = (&t.layout, &t.xg, &t.xa);
+            return self.launch_tiles(w, cap.kernel, m, tile, x.s, &mut y.slice_mut(..), tuning);
+        }
         if let (Some(m), Some((xh, xa))) = (mma, &x.split) {
-            let f = self.function_of(self.key_tuned(cap.kernel, Build::GemvMma(m), x.s, tuning))?;
+            return self.launch_rows(
+                w,
+                cap.kernel,
+                m,
+                (xh, xa),
+                x.s,
+                &mut y.slice_mut(..),
+                tuning,
+            );
+        }
+        self.launch_cuda_cores(w, cap.kernel, &x.x.slice(..), x.s, &mut y.slice_mut(..))
+    }
+
+    /// The 16-row tensor-core GEMV (`gemv_mma_s<S>`) over split activations `xh` / `xa`
+    /// ([`layout::split_activations`] of this tensor's stride, or `tile_prep`'s twin).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        {
+            let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, tuning))?;
             let cfg = LaunchConfig {
                 grid_dim: (layout::mma_grid_blocks(w.rows)?, 1, 1),
                 block_dim: (32 * tuning.mma_warps, 1, 1),
@@ -624,13 +757,113 @@ impl CudaBackend {
             // SAFETY: the argument list matches gemv.cu's gemv_mma_s<S> (u8*, u8*, u16*, f32*,
             // f32*, i64, i32, i32, i32); `xh` holds 2S x x_stride halves and `xa` S + S x
             // x_stride / MMA_SUM_SEGMENT floats (layout::split_activations for this tensor's stride),
-            // `y` at least S * rows floats (checked above); the kernel guards rows against
+            // `y` at least S * rows floats (checked by the callers); the kernel guards rows against
             // `rows`, and `mma_for` admitted only rows made of whole k-blocks, so every
             // weight load stays inside its row.
             unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
-            return Ok(());
         }
-        self.launch_cuda_cores(w, cap.kernel, &x.x.slice(..), x.s, &mut y.slice_mut(..))
+        Ok(())
+    }
+
+    /// The split-K tile GEMV ([`Build::GemvTiles`]): blocks of 32 `tile_warps` rows, the
+    /// row's stages split over gridDim.z so the launch fills the device
+    /// ([`layout::tile_splits`]); the kernel reduces the splits itself (its last block per
+    /// row block), so `y` is written once per output, in one launch.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_tiles(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        (l, xg, xa): (&GemmLayout, &CudaSlice<u16>, &CudaSlice<f32>),
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        let key = self.key_tuned(
+            kernel,
+            Build::GemvTiles {
+                mma: m,
+                nt: l.nt as u32,
+            },
+            0,
+            tuning,
+        );
+        let f = self.function_of(key)?;
+        let sh = w.shape;
+        let rows_per_block = 32 * tuning.tile_warps as usize;
+        let gx = w.rows.div_ceil(rows_per_block);
+        let stages = layout::tile_stages(kernel.fmt, m.chunk_bytes, sh.row_bytes as usize);
+        let splits = layout::tile_splits(
+            gx,
+            stages,
+            self.sms * tuning.tile_blocks_per_sm as usize,
+            tuning.tile_min_stages as usize,
+        );
+        let shape_err = |what: String| CudaError::Shape {
+            format: w.format,
+            what,
+        };
+        let small = |v: usize, what: &str| {
+            i32::try_from(v)
+                .map_err(|_| shape_err(format!("{what} = {v} exceeds the kernel's 32-bit index")))
+        };
+        let (s_arg, tiles_arg, padded_arg) = (
+            small(s, "S")?,
+            small(l.tiles(s), "column tiles")?,
+            small(l.padded(s), "padded S")?,
+        );
+        let gx32 = u32::try_from(gx).map_err(|_| shape_err(format!("{gx} row blocks")))?;
+        let shared = l.shared_bytes(tuning.gemm_stages as usize);
+        let cfg = LaunchConfig {
+            grid_dim: (gx32, 1, splits as u32),
+            block_dim: (rows_per_block as u32, 1, 1),
+            shared_mem_bytes: u32::try_from(shared)
+                .map_err(|_| shape_err(format!("shared memory {shared}")))?,
+        };
+        let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        let need = splits
+            .checked_mul(s)
+            .and_then(|v| v.checked_mul(w.rows))
+            .ok_or_else(|| shape_err("split-K scratch overflows".into()))?;
+        if scratch.partials.len() < need {
+            scratch.partials = self
+                .stream
+                .alloc_zeros::<f32>(need)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        if scratch.counters.len() < gx {
+            scratch.counters = self
+                .stream
+                .alloc_zeros::<u32>(gx)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        let SplitScratch { partials, counters } = &mut *scratch;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&w.weights)
+            .arg(&w.scales)
+            .arg(xg)
+            .arg(xa)
+            .arg(y)
+            .arg(&sh.row_bytes)
+            .arg(&sh.rows)
+            .arg(&s_arg)
+            .arg(&sh.x_stride)
+            .arg(&sh.sc_row)
+            .arg(&tiles_arg)
+            .arg(&padded_arg)
+            .arg(partials)
+            .arg(counters);
+        // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*, f32*,
+        // i64, i32, i32, i32, i32, i32, i32, f32*, u32*). `xg` / `xa` are
+        // layout::gemm_activations (or tile_prep's twin) of this tensor's stride with the
+        // layout the build was compiled for (nt = l.nt, two parts), gridDim.y = 1 = tiles / nt; `y` holds S * rows
+        // floats (checked by the caller); `partials` holds splits * S * rows floats and
+        // `counters` one zeroed word per row block (grown above; each launch's last block
+        // per row block resets its word); `mma_for` admitted only rows of whole k-blocks;
+        // the shared memory is below the 48 KB default (at most 4 tiles x 8 stages x 2 KB).
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the tile GEMV"))?;
+        Ok(())
     }
 
     /// The CUDA-core GEMV kernel of `kernel` over `x` ([s, x_stride] f32) into `y` ([s, O]).
@@ -692,7 +925,130 @@ impl CudaBackend {
         y: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), CudaError> {
         let cap = caps::lookup(Op::Gemv, w.format, s)?;
-        self.launch_cuda_cores(w, cap.kernel, x, s, y)
+        match cap.mma_for(w.shape.row_bytes as usize) {
+            Some(m) => {
+                let tiles = tiles_at(cap, &self.tuning, s);
+                self.launch_resident_mma(w, cap.kernel, m, tiles, x, s, y)
+            }
+            None => self.launch_cuda_cores(w, cap.kernel, x, s, y),
+        }
+    }
+
+    /// The resident tensor-core GEMV: `tile_prep` splits `x` on the device into the layout
+    /// the chosen kernel reads (the split-K tile GEMV's with `tiles`, else the 16-row
+    /// GEMV's), into a buffer kept per layout, then that kernel runs; two launches, no host
+    /// work.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_resident_mma(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        tiles_kernel: bool,
+        x: &CudaView<'_, f32>,
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let xs = w.shape.x_stride as usize;
+        let shape_err = |what: String| CudaError::Shape {
+            format: w.format,
+            what,
+        };
+        let need_x = s.checked_mul(xs);
+        let need_y = s.checked_mul(w.rows);
+        if need_x.is_none_or(|n| x.len() < n) || need_y.is_none_or(|n| y.len() < n) {
+            return Err(shape_err(format!(
+                "resident launch at S={s}: {} activations, {} outputs",
+                x.len(),
+                y.len()
+            )));
+        }
+        let nibbles = caps::nibble_codes(kernel.fmt);
+        let l = layout::gemv_tiles(m.chunk_bytes, nibbles, s);
+        // The 16-row layout: 2S rows of halves, S activations (no padding); keyed nt = 0.
+        let (tiles, sp, key_nt) = if tiles_kernel {
+            (l.tiles(s), l.padded(s), l.nt)
+        } else {
+            (0, s, 0)
+        };
+        let halves = if tiles_kernel {
+            tiles * 8 * xs
+        } else {
+            2 * s * xs
+        };
+        let aux = sp + sp * (xs / layout::MMA_SUM_SEGMENT);
+        let mut cache = self.prep.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = match cache.entry((m.chunk_bytes, nibbles, key_nt, xs)) {
+            // A buffer of this layout from a smaller S is too small for this one.
+            std::collections::hash_map::Entry::Occupied(e)
+                if e.get().0.len() >= halves && e.get().1.len() >= aux =>
+            {
+                e.into_mut()
+            }
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let alloc = CudaError::driver("allocating tile activations");
+                let xg = self.stream.alloc_zeros::<u16>(halves).map_err(alloc)?;
+                let xa = self
+                    .stream
+                    .alloc_zeros::<f32>(aux)
+                    .map_err(CudaError::driver("allocating tile activations"))?;
+                e.insert((xg, xa));
+                e.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let alloc = CudaError::driver("allocating tile activations");
+                let xg = self.stream.alloc_zeros::<u16>(halves).map_err(alloc)?;
+                let xa = self
+                    .stream
+                    .alloc_zeros::<f32>(aux)
+                    .map_err(CudaError::driver("allocating tile activations"))?;
+                v.insert((xg, xa))
+            }
+        };
+        let prep = self.function(
+            KernelId { fmt: 0, group: 0 },
+            Build::TilePrep {
+                chunk_bytes: m.chunk_bytes,
+                nibbles,
+                rows: !tiles_kernel,
+            },
+            0,
+        )?;
+        let small = |v: usize, what: &str| {
+            i32::try_from(v)
+                .map_err(|_| shape_err(format!("{what} = {v} exceeds the kernel's 32-bit index")))
+        };
+        let (s_arg, xs_arg, tiles_arg, sp_arg) = (
+            small(s, "S")?,
+            small(xs, "x stride")?,
+            small(tiles, "column tiles")?,
+            small(sp, "padded S")?,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (sp as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (xg, xa) = (&mut entry.0, &mut entry.1);
+        let mut b = self.stream.launch_builder(&prep);
+        b.arg(x)
+            .arg(&mut *xg)
+            .arg(&mut *xa)
+            .arg(&s_arg)
+            .arg(&xs_arg)
+            .arg(&tiles_arg)
+            .arg(&sp_arg);
+        // SAFETY: the argument list matches gemv.cu's tile_prep (f32*, u16*, f32*, i32, i32,
+        // i32, i32); `x` holds S * xs floats (checked above) and block s < S reads only row
+        // s; `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S xs (16-row
+        // layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's offsets and
+        // sums index for s < sp (sized or re-allocated above).
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching tile_prep"))?;
+        if tiles_kernel {
+            self.launch_tiles(w, kernel, m, (&l, xg, xa), s, y, &self.tuning)
+        } else {
+            self.launch_rows(w, kernel, m, (xg, xa), s, y, &self.tuning)
+        }
     }
 
     /// y[S, O] = x[S, I] . W^T with `x` in the logical domain; the output is poisoned before
@@ -866,8 +1222,13 @@ impl CudaBackend {
                     .arg(&sh.sc_row)
                     .arg(&tiles_arg)
                     .arg(&padded_arg);
+                // gridDim.z = 1: the kernel writes `y` itself and never touches the scratch.
+                let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
+                let SplitScratch { partials, counters } = &mut *scratch;
+                b.arg(partials).arg(counters);
                 // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*,
-                // f32*, i64, i32, i32, i32, i32, i32, i32). `xg` holds tiles * 8 * x_stride
+                // f32*, i64, i32, i32, i32, i32, i32, i32, f32*, u32*; the last two unused
+                // with one split). `xg` holds tiles * 8 * x_stride
                 // halves and `xa` padded * (1 + x_stride / MMA_SUM_SEGMENT) floats for this tensor's
                 // stride (layout::gemm_activations with the same layout the kernel was built
                 // for: checked above); the grid covers tiles / nt column blocks exactly; `y`

@@ -294,6 +294,47 @@ pub fn gemm_activations(
     Ok((halves, aux))
 }
 
+/// The GEMM layout of the split-K tile GEMV at batch `s` <= 16: two parts (hi + lo, the
+/// 1e-4 split), and as many n8 tiles as 2 S columns need, rounded up to 1, 2 or 4, all in
+/// one column block (so gridDim.y = 1 and the kernel's n-tile count is `nt`).
+pub fn gemv_tiles(chunk_bytes: u32, nibbles: bool, s: usize) -> GemmLayout {
+    GemmLayout {
+        chunk_bytes: chunk_bytes as usize,
+        nibbles,
+        parts: 2,
+        nt: (2 * s).div_ceil(8).next_power_of_two(),
+    }
+}
+
+/// Stages of one row in the GEMM kernel (gemv.cu `GemmShape::U` k-blocks each, a k-block
+/// being what `mma_kblocks` counts: 4 lanes x `chunk_bytes`, or half a 136-byte block).
+pub fn tile_stages(fmt: u32, chunk_bytes: u32, row_bytes: usize) -> usize {
+    use crate::caps::fmt_id;
+    let kblocks = if matches!(fmt, fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C) {
+        (row_bytes / 136) * 2
+    } else {
+        row_bytes / (4 * chunk_bytes as usize)
+    };
+    let per_stage = (16 / chunk_bytes as usize).max(1);
+    kblocks.div_ceil(per_stage)
+}
+
+/// Splits of the row for a tile-GEMV launch of `row_blocks` blocks: enough to reach
+/// `target_blocks` blocks, no split shorter than `min_stages` stages (unless the row
+/// itself is), and never an empty split (gemv.cu gives split z the stages
+/// [z sps, (z + 1) sps) with sps = ceil(stages / splits)).
+pub fn tile_splits(
+    row_blocks: usize,
+    stages: usize,
+    target_blocks: usize,
+    min_stages: usize,
+) -> usize {
+    let most = (stages / min_stages.max(1)).max(1);
+    let want = target_blocks.div_ceil(row_blocks.max(1)).clamp(1, most);
+    let per_split = stages.max(1).div_ceil(want);
+    stages.max(1).div_ceil(per_split)
+}
+
 /// CUDA blocks of a GEMM launch: (row blocks, activation blocks).
 pub fn gemm_grid(rows: usize, tiles: usize, nt: usize) -> Result<(u32, u32), CudaError> {
     let too_big = || CudaError::Shape {
@@ -484,6 +525,48 @@ mod tests {
         assert!(gemm_activations(&x, s, xs, &GemmLayout { nt: 0, ..one }).is_err());
         assert!(split_activations(&x, s + 1, xs, true).is_err());
         assert_eq!(g1[one.offset(2, 5, one.tiles(s))], h[2 * 2 * xs + 5]);
+    }
+
+    #[test]
+    fn tile_splits_fill_the_device_without_empty_splits() {
+        for (gx, stages, target, min) in [
+            (24, 128, 264, 4),
+            (16, 32, 264, 4),
+            (64, 32, 264, 4),
+            (1, 1, 264, 4),
+            (3, 7, 264, 1),
+            (64, 1000, 8, 4),
+            // 6 splits of ceil(10 / 6) = 2 stages would leave the sixth empty.
+            (1, 10, 6, 1),
+        ] {
+            let z = tile_splits(gx, stages, target, min);
+            assert!(z >= 1, "{gx} {stages}");
+            let sps = stages.div_ceil(z);
+            // Every split z has stages: z * sps < stages.
+            assert!(
+                (z - 1) * sps < stages,
+                "{gx} {stages} {target} {min}: {z} splits of {sps}"
+            );
+            assert!(
+                z == 1 || sps >= min,
+                "{gx} {stages}: splits of {sps} stages"
+            );
+        }
+        assert_eq!(tile_splits(24, 128, 264, 4), 11);
+        assert_eq!(tile_splits(16, 32, 264, 4), 8);
+        let nt: Vec<usize> = [1, 4, 5, 8, 9, 16]
+            .iter()
+            .map(|&s| gemv_tiles(16, true, s).nt)
+            .collect();
+        assert_eq!(nt, [1, 1, 2, 2, 4, 4]);
+        for s in 1..=16 {
+            let l = gemv_tiles(8, true, s);
+            assert_eq!(l.tiles(s), l.nt, "one column block at S = {s}");
+            assert!(l.padded(s) >= s);
+        }
+        assert_eq!(tile_stages(crate::caps::fmt_id::INT4_ROW, 16, 8192), 128);
+        assert_eq!(tile_stages(crate::caps::fmt_id::INT4_G, 8, 8192), 128);
+        assert_eq!(tile_stages(crate::caps::fmt_id::MQ4_V2, 16, 136 * 64), 128);
     }
 
     #[test]

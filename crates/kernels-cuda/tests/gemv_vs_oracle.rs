@@ -78,10 +78,15 @@ fn run(
             .unwrap_or_else(|e| panic!("upload {format}: {e}"));
         for &s in batches {
             let x = inputs(s, cols, &mut rng);
-            // Where the tensor cores take the shape, the CUDA-core kernel is checked too.
+            // Where the tensor cores take the shape, every kernel is checked: the CUDA-core
+            // one, the 16-row tensor-core GEMV and the split-K tile GEMV (Auto is one of them).
             let mut paths = vec![KernelPath::Auto];
             if dt.uses_tensor_cores(s) {
-                paths.push(KernelPath::CudaCores);
+                paths.extend([
+                    KernelPath::CudaCores,
+                    KernelPath::MmaRows,
+                    KernelPath::MmaTiles,
+                ]);
             }
             for path in paths {
                 let y = b
@@ -117,6 +122,60 @@ fn every_format_matches_the_oracle() {
             if f.is_empty() { "" } else { "  FAILED" }
         );
         failures.extend(f);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// `gemv_launch_resident` (activations already on the device, in the stored domain: the
+/// engine's decode path) against the oracle, for every format at S = 1, 4 and 16: on the
+/// tensor-core shapes it prepares the tile layout on the device (`tile_prep`), elsewhere it
+/// runs the CUDA-core kernel.
+#[test]
+fn resident_launch_matches_the_oracle() {
+    let Some(b) = backend() else { return };
+    let seed = run_seed();
+    println!("seed {seed}");
+    let batches = [1, 4, 16];
+    warm(|| b.prewarm(&formats_under_test(), &batches));
+    let mut failures = Vec::new();
+    for format in formats_under_test() {
+        let mut rng = format_rng(seed ^ 0x7E51, format);
+        let mut worst = 0f64;
+        for &(rows, cols) in shapes(format).iter().take(4) {
+            let t = tensor(format, rows, cols, &mut rng);
+            let dt = b
+                .upload(&t.view())
+                .unwrap_or_else(|e| panic!("upload {format}: {e}"));
+            for s in batches {
+                let x = inputs(s, cols, &mut rng);
+                let xs = dt.x_stride();
+                let xp = kernels_cuda::layout::prepare_activations(
+                    format,
+                    cols,
+                    dt.rotation_seed(),
+                    &x,
+                    s,
+                    xs,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+                let xd = b.stream().clone_htod(&xp).expect("upload x");
+                let mut y = b.poisoned_output(&dt, s).expect("output");
+                b.gemv_launch_resident(&dt, &xd.slice(..), s, &mut y.slice_mut(..))
+                    .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                let yh = b.stream().clone_dtoh(&y).expect("read back");
+                b.stream().synchronize().expect("sync");
+                match check(&t, &x, s, &yh) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(msg) => failures.push(format!("resident: {msg}")),
+                }
+            }
+        }
+        println!("{format:<22} resident worst error {worst:.2e}");
     }
     assert!(
         failures.is_empty(),

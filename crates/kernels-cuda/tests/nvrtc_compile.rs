@@ -23,7 +23,17 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                 for s in ss {
                     let mut b = vec![Build::Gemv];
                     b.extend(c.mma.map(Build::GemvMma));
+                    // The split-K tile GEMV at this S's n8 tiles (its key has s = 0).
+                    b.extend(c.mma.map(|mma| Build::GemvTiles {
+                        mma,
+                        nt: (2 * s).div_ceil(8).next_power_of_two() as u32,
+                    }));
                     for build in b {
+                        let s = if matches!(build, Build::GemvTiles { .. }) {
+                            0
+                        } else {
+                            s
+                        };
                         if seen.insert((c.kernel, build.clone(), s)) {
                             out.push((c.kernel, build, s));
                         }
@@ -39,6 +49,21 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                     }
                 }
             }
+        }
+    }
+    // The resident tile GEMV's activation preparation, for every tensor-core chunk.
+    for (chunk_bytes, nibbles) in [(16, true), (8, true), (4, true), (16, false)] {
+        for rows in [false, true] {
+            let zero = KernelId { fmt: 0, group: 0 };
+            out.push((
+                zero,
+                Build::TilePrep {
+                    chunk_bytes,
+                    nibbles,
+                    rows,
+                },
+                0,
+            ));
         }
     }
     // A MoE module over a mix of every kernel family.
@@ -100,6 +125,12 @@ fn every_build_compiles_for_sm90() {
                 Build::Gemv => String::new(),
                 Build::GemvMma(m) => format!("_mma{}", m.chunk_bytes),
                 Build::Gemm { mma, parts } => format!("_gemm{}_p{parts}", mma.chunk_bytes),
+                Build::GemvTiles { mma, nt } => format!("_tiles{}_nt{nt}", mma.chunk_bytes),
+                Build::TilePrep {
+                    chunk_bytes,
+                    nibbles,
+                    rows,
+                } => format!("_prep{chunk_bytes}_{nibbles}_{rows}"),
                 Build::Moe { .. } => "_moe".to_string(),
             };
             let name = format!("fmt{}_g{}{tag}_s{}.ptx", kernel.fmt, kernel.group, key.s);
