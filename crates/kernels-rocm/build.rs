@@ -113,7 +113,24 @@ fn main() {
     index.push_str(
         "pub static BLOB: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/spirv.bin\"));\n",
     );
+    // The bench's copy-shader ceiling (an empty module if it failed: the bench says so).
+    let copy: Vec<u8> = match shaders::copy_spirv() {
+        Ok(w) => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Err(e) => {
+            println!("cargo:warning=kernels-rocm: the copy shader does not compile: {e}");
+            vec![]
+        }
+    };
+    index.push_str(
+        "pub static COPY: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/copy.spv\"));\n",
+    );
+    let _ = writeln!(
+        index,
+        "pub const COPY_WORKGROUP: u32 = {};",
+        shaders::COPY_WORKGROUP
+    );
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("copy.spv"), &copy).expect("writing copy.spv");
     std::fs::write(out.join("spirv.bin"), &blob).expect("writing spirv.bin");
     std::fs::write(out.join("spirv_index.rs"), index).expect("writing spirv_index.rs");
 }

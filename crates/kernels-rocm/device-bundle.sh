@@ -20,8 +20,10 @@ mkdir -p "$dev"
 target="${CARGO_TARGET_DIR:-$root/target}/release"
 test_bin=$(cargo test --release -p kernels-rocm --test vulkan --no-run --message-format=json \
   | jq -r 'select(.profile.test == true and .target.name == "vulkan") | .executable' | tail -1)
-cargo build --release -p kernels-rocm --example bench_gemv
+cargo build --release -p kernels-rocm --example bench_gemv --example vk_lifecycle_probe
 [ -x "$test_bin" ] || { echo "no test binary found" >&2; exit 1; }
+cp "$target/examples/vk_lifecycle_probe" "$dev/vk_lifecycle_probe"
+strip "$dev/vk_lifecycle_probe"
 [ -x "$target/examples/bench_gemv" ] || { echo "no bench binary" >&2; exit 1; }
 cp "$test_bin" "$dev/vulkan_tests"
 cp "$target/examples/bench_gemv" "$dev/bench_gemv"

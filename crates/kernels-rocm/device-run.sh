@@ -7,7 +7,11 @@
 #   bash .device/vulkan-matrix/run.sh matrix
 #                                       `xtask test-matrix --backend vulkan-nvidia` (bundled
 #                                       apart by device-bundle.sh --matrix: carry limits)
-#   bash .device/vulkan/run.sh all      test, bench, matrix
+#   bash .device/vulkan/run.sh probe    vk_lifecycle_probe: 40 create/destroy cycles of the
+#                                       loader + instance + device ("reload", the tier's
+#                                       old lifecycle), of instance + device ("instance")
+#                                       and of the device alone ("device", the lifecycle now)
+#   bash .device/vulkan/run.sh all      test, bench, matrix (not probe)
 # First it unpacks the Vulkan loader from .gl/*.deb and points the loader at the NVIDIA ICD.
 # Everything lands in $OUT/results.tgz (default ./out), plus summary.txt and the bench table.
 set -u
@@ -36,6 +40,16 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
 } > "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
+if case " $stages " in *" probe "*) true;; *) false;; esac; then
+  echo "== lifecycle probe (why the first NVIDIA run failed)"
+  echo "ulimit -n: $(ulimit -n)" | tee -a "$OUT/summary.txt"
+  for m in reload instance device; do
+    # The loader's own account of a failing vkCreateInstance (driver load errors).
+    VK_LOADER_DEBUG=error,warn timeout 90 $dev/vk_lifecycle_probe $m 40 > "$OUT/probe_$m.log" 2>&1
+    echo "probe $m rc=$?: $(grep -E 'FAILED|all .* ok' "$OUT/probe_$m.log" | head -1)" | tee -a "$OUT/summary.txt"
+    grep -E "^cycle (0|1|10|20|29|30|31|39):" "$OUT/probe_$m.log" | cut -c1-200 | tee -a "$OUT/summary.txt"
+  done
+fi
 if has test; then
   echo "== kernels-rocm tests (must pass; TESSERA_REQUIRE_BACKENDS=vulkan turns a skip into a failure)"
   start=$(date +%s)

@@ -125,8 +125,9 @@ pub const fn rows_per_workgroup(s: usize) -> u32 {
     }
 }
 
-/// Files whose default rows a workgroup come from the H200 measurements of the five target
-/// formats (docs/WGPU.md): one row a workgroup was faster at S = 1 for every one of them.
+/// Files whose default rows a workgroup above S = 1 come from the H200 measurements of the
+/// five target formats (docs/WGPU.md). At S = 1 every family takes [`MAX_ROWS`]: the S = 1
+/// paths share each activation read across the rows (docs/VULKAN.md, "Speed").
 const MEASURED_FILES: [&str; 4] = [
     "gemv_int_row.wgsl",
     "gemv_int_group.wgsl",
@@ -149,11 +150,15 @@ impl KernelSpec {
                 .is_some_and(|v| v <= MAX_ROWS_TIMES_S)
     }
 
-    /// The default rows a workgroup at batch `s`: 1 for the families measured on the H200
-    /// (int_row, int_group, fp8, affine256; docs/WGPU.md), [`rows_per_workgroup`] for the
-    /// others (not yet measured).
+    /// The default rows a workgroup at batch `s`: at S = 1, [`MAX_ROWS`] for every family
+    /// (the S = 1 paths of int_row, int_group, fp8 and affine256 read each activation
+    /// vector once for all the workgroup's rows); above S = 1, 1 for the families measured on
+    /// the H200 (int_row, int_group, fp8, affine256; docs/WGPU.md) and
+    /// [`rows_per_workgroup`] for the others (not yet measured).
     pub fn rows(&self, s: usize) -> u32 {
-        if MEASURED_FILES.contains(&self.file) {
+        if s <= 1 {
+            MAX_ROWS
+        } else if MEASURED_FILES.contains(&self.file) {
             1
         } else {
             rows_per_workgroup(s)

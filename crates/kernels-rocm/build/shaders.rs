@@ -10,7 +10,7 @@
 //! specialisation constants from naga), so every override is resolved here
 //! (`process_overrides`) and each (file, format constants, S) is its own module.
 
-use kernels_metal::kernels::{self as table, MAX_S, WORKGROUP_SIZE, rows_per_workgroup};
+use kernels_metal::kernels::{self as table, MAX_S, WORKGROUP_SIZE};
 use naga::back::pipeline_constants::process_overrides;
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::{
@@ -230,7 +230,8 @@ fn specialise(
                     entry: spec.entry,
                     constants: spec.constants.to_vec(),
                     s,
-                    rows: rows_per_workgroup(s),
+                    // The table's default, as the wgpu tier uses (KernelSpec::rows).
+                    rows: spec.rows(s),
                     mutate,
                     formats: vec![],
                 };
@@ -332,6 +333,11 @@ pub fn spirv(module: &Module, info: &ModuleInfo, entry: &str) -> Result<Vec<u32>
         // Every loop is bounded by the push constants; naga's loop counters cost a
         // register pair and a branch per iteration.
         force_loop_bounding: false,
+        // Every kernel writes its workgroup memory before reading it (the reduction
+        // tails), so naga's zeroing prologue (one invocation storing the whole array, then
+        // a barrier) is pure cost. The wgpu tier compiles the same way
+        // (`zero_initialize_workgroup_memory: false`), so both tiers run the same code.
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
         ..Default::default()
     };
     let pipeline = spv::PipelineOptions {
@@ -339,6 +345,42 @@ pub fn spirv(module: &Module, info: &ModuleInfo, entry: &str) -> Result<Vec<u32>
         entry_point: entry.to_string(),
     };
     spv::write_vec(module, info, &options, Some(&pipeline)).map_err(|e| e.to_string())
+}
+
+/// The bench's copy ceiling: a vec4 copy shader (the wgpu tier's, with the contract's
+/// bindings: source at 0, destination at 3), each invocation moving 4 vec4s a round,
+/// grid-strided. NVIDIA's vkCmdCopyBuffer reaches about a fifth of what a shader copy does,
+/// so only a shader copy is a fair ceiling for shader GEMVs.
+pub const COPY_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> dst: array<vec4<u32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
+    let total = arrayLength(&dst);
+    let stride = n.x * 256u;
+    var k = g.x;
+    while (k < total) {
+        for (var j = 0u; j < 4u; j++) {
+            if (k < total) {
+                dst[k] = src[k];
+            }
+            k += stride;
+        }
+    }
+}
+";
+
+/// Invocations of one copy-shader workgroup.
+pub const COPY_WORKGROUP: u32 = 256;
+
+/// The SPIR-V of [`COPY_WGSL`] (entry `main`).
+pub fn copy_spirv() -> Result<Vec<u32>, String> {
+    let module =
+        naga::front::wgsl::parse_str(COPY_WGSL).map_err(|e| e.emit_to_string(COPY_WGSL))?;
+    let info = validator(Capabilities::empty())
+        .validate(&module)
+        .map_err(|e| e.emit_to_string(COPY_WGSL))?;
+    spirv(&module, &info, "main")
 }
 
 /// MSL of a resolved module: buffers 0..=3 as the bindings, the immediates at buffer 4 and

@@ -3,9 +3,12 @@
 //!
 //! [`VulkanConformance::new`] touches no driver: the device is opened on the first
 //! `probe`/`gemv` and kept, or the reason it could not be is kept and reported by `probe`.
+//! Every adapter with the same options shares one device for the whole process
+//! ([`Context::shared`]), as the wgpu tier's conformance adapters do: a test run opens a
+//! handful of devices, not one per test.
 
 use crate::caps::CAPABILITIES;
-use crate::device::{AdapterInfo, Options};
+use crate::device::{AdapterInfo, Context, Options};
 use crate::error::VulkanError;
 use crate::gemv::VulkanBackend;
 use quant_core::QTensor;
@@ -57,11 +60,12 @@ impl VulkanConformance {
         self.backend
             .get_or_init(|| {
                 let o = self.options.clone()?;
+                let ctx = Context::shared(&o)?;
                 #[cfg(feature = "mutation-test")]
                 if let Some(m) = self.mutation {
-                    return VulkanBackend::with_mutation(&o, m);
+                    return Ok(VulkanBackend::mutant(ctx, m));
                 }
-                VulkanBackend::with_options(&o)
+                Ok(VulkanBackend::with_context(ctx))
             })
             .as_ref()
             .map_err(Clone::clone)

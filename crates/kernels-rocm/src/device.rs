@@ -6,6 +6,13 @@
 //! tensors keep the device alive and are destroyed before it. Without a loader or an ICD
 //! [`Context::new`] returns [`VulkanError::Unavailable`] saying which; nothing panics.
 //!
+//! The loader (libvulkan) and the `VkInstance` are opened once per process and kept until
+//! it exits ([`instances_created`] counts them): every [`Context`] is a device of that one
+//! instance. Loading the loader, creating an instance and destroying both again for each
+//! backend is what broke the tier's first NVIDIA run: after about 30 such cycles in one
+//! process, NVIDIA's ICD refused `vkCreateInstance` (ERROR_INCOMPATIBLE_DRIVER) for every
+//! later test (docs/VULKAN.md, "Why the first NVIDIA run failed").
+//!
 //! Adapter choice: `TESSERA_VK_ADAPTER=<substring>` (matched case-insensitively against
 //! "<device name> <driver name>") picks one; otherwise a discrete GPU beats an integrated one,
 //! which beats a virtual one, which beats a CPU (lavapipe).
@@ -15,7 +22,7 @@ use ash::vk;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Bytes of the `Params` push-constant block every kernel reads
 /// (`kernels_metal::kernels::Params`; `cargo xtask shaders` checks every shader declares it).
@@ -199,9 +206,6 @@ pub struct Stats {
 
 /// The device and everything that lives as long as it.
 pub(crate) struct Shared {
-    // Keeps libvulkan loaded for as long as any handle exists.
-    _entry: ash::Entry,
-    instance: ash::Instance,
     pub(crate) device: ash::Device,
     queue: Mutex<vk::Queue>,
     pub(crate) queue_family: u32,
@@ -218,7 +222,8 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // SAFETY: `Shared` is dropped when the last `Arc` goes, so no buffer, tensor or
         // command buffer of this device is alive; waiting idle first makes destroying the
-        // pipelines, layouts, cache, device and instance (children before parents) legal.
+        // pipelines, layouts, cache and device (children before parents) legal. The
+        // instance is the process's and stays.
         unsafe {
             let _ = self.device.device_wait_idle();
             for (_, p) in self
@@ -236,7 +241,6 @@ impl Drop for Shared {
             self.device
                 .destroy_pipeline_cache(self.pipeline_cache, None);
             self.device.destroy_device(None);
-            self.instance.destroy_instance(None);
         }
     }
 }
@@ -407,9 +411,33 @@ pub struct Context {
     pub(crate) shared: Arc<Shared>,
 }
 
-impl Context {
-    /// Loads libvulkan, creates an instance and a device per `options`, or says why not.
-    pub fn new(options: &Options) -> Result<Context, VulkanError> {
+/// The Vulkan loader and the one instance of this process.
+struct Loader {
+    // Keeps libvulkan loaded for as long as the instance exists: for the whole process.
+    _entry: ash::Entry,
+    instance: ash::Instance,
+}
+
+static INSTANCES_CREATED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many `VkInstance`s this process has created: 1 once any device was opened (0 before,
+/// or when no loader or ICD exists), however many backends were opened and dropped.
+pub fn instances_created() -> usize {
+    INSTANCES_CREATED.load(Ordering::Relaxed)
+}
+
+/// The process's loader and instance, made on first use; a failure is kept and returned to
+/// every later caller (nothing in the process can fix a missing loader or ICD).
+fn loader() -> Result<&'static Loader, VulkanError> {
+    static LOADER: OnceLock<Result<Loader, VulkanError>> = OnceLock::new();
+    LOADER
+        .get_or_init(Loader::open)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+impl Loader {
+    fn open() -> Result<Loader, VulkanError> {
         // SAFETY: loading libvulkan runs its initialisers; ash keeps the library open for as
         // long as the `Entry` (kept in `Shared`) lives, which outlives every handle.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| {
@@ -460,11 +488,22 @@ impl Context {
                 "vkCreateInstance failed ({e:?}): no Vulkan driver (ICD) installed?"
             ))
         })?;
-        match Self::open_device(&instance, options) {
+        INSTANCES_CREATED.fetch_add(1, Ordering::Relaxed);
+        Ok(Loader {
+            _entry: entry,
+            instance,
+        })
+    }
+}
+
+impl Context {
+    /// A new device per `options` on the process's instance (opening the loader and the
+    /// instance on first use), or why there is none.
+    pub fn new(options: &Options) -> Result<Context, VulkanError> {
+        let instance = &loader()?.instance;
+        match Self::open_device(instance, options) {
             Ok(d) => Ok(Context {
                 shared: Arc::new(Shared {
-                    _entry: entry,
-                    instance,
                     device: d.device,
                     queue: Mutex::new(d.queue),
                     queue_family: d.queue_family,
@@ -477,13 +516,23 @@ impl Context {
                     stats: Stats::default(),
                 }),
             }),
-            Err(e) => {
-                // SAFETY: nothing created from the instance still lives (`open_device`
-                // destroys what it made before failing).
-                unsafe { instance.destroy_instance(None) };
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
+    }
+
+    /// The device `options` select, shared by every caller in this process that asks for
+    /// the same options (the conformance adapters: one device, one pipeline cache, for a
+    /// whole test run). It lives until the process exits. Failures are not kept: a later
+    /// call tries again.
+    pub fn shared(options: &Options) -> Result<Context, VulkanError> {
+        static SHARED: Mutex<Vec<(Options, Context)>> = Mutex::new(Vec::new());
+        let mut all = lock(&SHARED);
+        if let Some((_, c)) = all.iter().find(|(o, _)| o == options) {
+            return Ok(c.clone());
+        }
+        let c = Context::new(options)?;
+        all.push((options.clone(), c.clone()));
+        Ok(c)
     }
 
     fn open_device(instance: &ash::Instance, options: &Options) -> Result<Opened, VulkanError> {
@@ -711,6 +760,11 @@ impl Context {
 
     pub fn info(&self) -> &AdapterInfo {
         &self.shared.info
+    }
+
+    /// Whether `self` and `other` are the same device (clones of one [`Context`]).
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     pub fn stats(&self) -> &Stats {

@@ -149,12 +149,27 @@ impl VulkanBackend {
         })
     }
 
+    /// A backend on an existing device (e.g. [`Context::shared`]).
+    pub fn with_context(ctx: Context) -> VulkanBackend {
+        VulkanBackend {
+            ctx,
+            #[cfg(feature = "mutation-test")]
+            mutation: None,
+        }
+    }
+
     /// A backend whose kernels or push constants carry `m` (mutation tests only).
     #[cfg(feature = "mutation-test")]
     pub fn with_mutation(options: &Options, m: Mutation) -> Result<VulkanBackend, VulkanError> {
-        let mut b = Self::with_options(options)?;
+        Ok(Self::mutant(Context::new(options)?, m))
+    }
+
+    /// As [`VulkanBackend::with_mutation`], on an existing device.
+    #[cfg(feature = "mutation-test")]
+    pub fn mutant(ctx: Context, m: Mutation) -> VulkanBackend {
+        let mut b = Self::with_context(ctx);
         b.mutation = Some(m);
-        Ok(b)
+        b
     }
 
     pub fn context(&self) -> &Context {
@@ -510,6 +525,48 @@ impl VulkanBackend {
                 }
             },
             vk::PipelineStageFlags::TRANSFER,
+        )
+    }
+
+    /// GPU seconds of each of `reps` copies of `bytes` bytes (rounded up to 16) by a vec4
+    /// copy shader (`build/shaders.rs` `COPY_WGSL`, the wgpu tier's): the ceiling a shader
+    /// GEMV is compared with. NVIDIA's vkCmdCopyBuffer ([`VulkanBackend::time_copy`]) runs
+    /// at about a fifth of it there.
+    pub fn time_copy_shader(&self, bytes: u64, reps: usize) -> Result<Vec<f64>, VulkanError> {
+        let period = self.timestamp_period()?;
+        let (spv, wg) = spirv::copy_shader();
+        let pipeline = self.ctx.pipeline("copy-shader", spv, "main", wg)?;
+        let bytes = bytes.div_ceil(16).max(1) * 16;
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        let a = self.ctx.buffer(bytes, usage, false)?;
+        let b = self.ctx.buffer(bytes, usage, false)?;
+        // Every page written once before timing.
+        self.ctx.one_shot(|d, cmd| {
+            // SAFETY: recording; both buffers are live and `bytes` long.
+            unsafe {
+                d.cmd_fill_buffer(cmd, a.buffer, 0, bytes, 0x3F80_0000);
+                d.cmd_fill_buffer(cmd, b.buffer, 0, bytes, 0);
+            }
+        })?;
+        let set = DescriptorSet::new(&self.ctx, [&a, &a, &a, &b])?;
+        let groups = (bytes / 16).div_ceil(4 * u64::from(wg)).clamp(1, 65535) as u32;
+        let c = &self.ctx;
+        self.timed(
+            reps,
+            period,
+            |d, cmd, _| {
+                let compute = vk::PipelineStageFlags::COMPUTE_SHADER;
+                let rw = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+                // SAFETY: recording on this device; the set, its buffers and the pipeline
+                // live until `timed` has waited for the commands.
+                unsafe {
+                    cmd_dispatch(c, cmd, pipeline, set.set, Params::default(), [groups, 1, 1]);
+                    cmd_barrier(d, cmd, (compute, rw), (compute, rw));
+                }
+            },
+            vk::PipelineStageFlags::COMPUTE_SHADER,
         )
     }
 

@@ -25,7 +25,9 @@ pub mod spirv;
 
 pub use backend::VulkanConformance;
 pub use caps::CAPABILITIES;
-pub use device::{AdapterInfo, Context, Options, SubgroupPolicy, Wave, WavePolicy, WaveSource};
+pub use device::{
+    AdapterInfo, Context, Options, SubgroupPolicy, Wave, WavePolicy, WaveSource, instances_created,
+};
 pub use error::VulkanError;
 #[cfg(feature = "mutation-test")]
 pub use gemv::Mutation;

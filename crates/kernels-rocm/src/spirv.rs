@@ -28,6 +28,12 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/spirv_index.rs"));
 }
 
+/// The copy shader's SPIR-V (the bench's ceiling; empty if it did not compile) and its
+/// workgroup width.
+pub fn copy_shader() -> (&'static [u8], u32) {
+    (generated::COPY, generated::COPY_WORKGROUP)
+}
+
 /// Every module, in build order.
 pub fn modules() -> &'static [ModuleEntry] {
     generated::MODULES

@@ -35,7 +35,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_2 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -187,7 +187,7 @@ ret_ZeroValuearray4_uint2_ ZeroValuearray4_uint2_() {
     return (uint2[4])0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial_s(uint row0_, uint lid_1)
 {
     uint j = (uint)0;
     uint4 v_2[4] = (uint4[4])0;
@@ -197,8 +197,8 @@ void partial(uint row0_, uint lid_1)
     uint k_3 = (uint)0;
     bool local = (bool)0;
 
-    uint rb = p.row_bytes;
-    uint nb = naga_div(rb, 136u);
+    uint rb_2 = p.row_bytes;
+    uint nb = naga_div(rb_2, 136u);
     j = lid_1;
     bool loop_init_2 = true;
     while(true) {
@@ -214,9 +214,9 @@ void partial(uint row0_, uint lid_1)
         }
         {
             uint _e12 = j;
-            uint b = naga_div(_e12, 8u);
+            uint b_2 = naga_div(_e12, 8u);
             uint _e15 = j;
-            uint pp = naga_mod(_e15, 8u);
+            uint pp_1 = naga_mod(_e15, 8u);
             v_2 = ZeroValuearray4_uint4_();
             h_1 = ZeroValuearray4_uint2_();
             r_1 = 0u;
@@ -237,15 +237,15 @@ void partial(uint row0_, uint lid_1)
                     uint _e31 = p.o;
                     if (((row0_ + _e27) < _e31)) {
                         uint _e33 = r_1;
-                        uint bw = naga_div((((row0_ + _e33) * rb) + (136u * b)), 4u);
+                        uint bw = naga_div((((row0_ + _e33) * rb_2) + (136u * b_2)), 4u);
                         uint _e41 = r_1;
-                        const uint _e45 = group(b, nb);
-                        uint hw = naga_div((((row0_ + _e41) * rb) + (136u * _e45)), 4u);
+                        const uint _e45 = group(b_2, nb);
+                        uint hw = naga_div((((row0_ + _e41) * rb_2) + (136u * _e45)), 4u);
                         uint _e50 = r_1;
-                        const uint _e55 = word(((bw + 2u) + pp));
-                        const uint _e59 = word(((bw + 10u) + pp));
-                        const uint _e63 = word(((bw + 18u) + pp));
-                        const uint _e67 = word(((bw + 26u) + pp));
+                        const uint _e55 = word(((bw + 2u) + pp_1));
+                        const uint _e59 = word(((bw + 10u) + pp_1));
+                        const uint _e63 = word(((bw + 18u) + pp_1));
+                        const uint _e67 = word(((bw + 26u) + pp_1));
                         v_2[min(uint(_e50), 3u)] = uint4(_e55, _e59, _e63, _e67);
                         uint _e69 = r_1;
                         const uint _e71 = word(hw);
@@ -254,7 +254,7 @@ void partial(uint row0_, uint lid_1)
                     }
                 }
             }
-            uint i0_ = ((256u * b) + (8u * pp));
+            uint i0_ = ((256u * b_2) + (8u * pp_1));
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -288,13 +288,13 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_3 = v_2[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
+                                uint w_6 = v_2[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
                                 uint _e106 = k_3;
                                 uint i_2 = (i0_ + (64u * _e106));
-                                const uint4 _e109 = nibbles_lo(w_3);
+                                const uint4 _e109 = nibbles_lo(w_6);
                                 const float4 _e110 = u2f(_e109);
                                 tdot_sum(i_2, _e110);
-                                const uint4 _e113 = nibbles_hi(w_3);
+                                const uint4 _e113 = nibbles_hi(w_6);
                                 const float4 _e114 = u2f(_e113);
                                 tdot_sum((i_2 + 4u), _e114);
                                 if (false) {
@@ -347,6 +347,207 @@ void partial(uint row0_, uint lid_1)
     return;
 }
 
+float4 fnib(uint w_3)
+{
+    uint4 sh = uint4(19u, 15u, 11u, 7u);
+
+    if (false) {
+        sh = uint4(15u, 19u, 7u, 11u);
+    }
+    uint4 _e17 = sh;
+    return (asfloat(((((w_3).xxxx << _e17) & (7864320u).xxxx) | (1065353216u).xxxx)) - (1.0).xxxx);
+}
+
+float fdot8_(uint w_4, float4 xa, float4 xb)
+{
+    const float4 _e3 = fnib(w_4);
+    const float4 _e7 = fnib((w_4 >> 16u));
+    return (dot(_e3, xa) + dot(_e7, xb));
+}
+
+float4 fdot8x4_(uint4 w_5, float4 xa_1, float4 xb_1)
+{
+    const float _e4 = fdot8_(w_5.x, xa_1, xb_1);
+    const float _e6 = fdot8_(w_5.y, xa_1, xb_1);
+    const float _e8 = fdot8_(w_5.z, xa_1, xb_1);
+    const float _e10 = fdot8_(w_5.w, xa_1, xb_1);
+    return float4(_e4, _e6, _e8, _e10);
+}
+
+uint4 item(uint row, uint rb, uint b, uint pp)
+{
+    uint bw_1 = naga_div(((row * rb) + (136u * b)), 4u);
+    const uint _e13 = word(((bw_1 + 2u) + pp));
+    const uint _e17 = word(((bw_1 + 10u) + pp));
+    const uint _e21 = word(((bw_1 + 18u) + pp));
+    const uint _e25 = word(((bw_1 + 26u) + pp));
+    return uint4(_e13, _e17, _e21, _e25);
+}
+
+uint2 header(uint row_1, uint rb_1, uint b_1)
+{
+    uint hw_1 = naga_div(((row_1 * rb_1) + (136u * b_1)), 4u);
+    const uint _e9 = word(hw_1);
+    const uint _e12 = word((hw_1 + 1u));
+    return uint2(_e9, _e12);
+}
+
+float2 sz(uint2 hd, uint h_2)
+{
+    float2 r_3 = (float2)0;
+
+    if (false) {
+        r_3 = float2(asfloat(hd.x), asfloat(hd.y));
+    } else {
+        if (false) {
+            const float2 _e21 = f16x2_(((h_2 == 1u) ? hd.y : hd.x));
+            r_3 = _e21;
+        } else {
+            const float2 _e23 = f16x2_(hd.x);
+            r_3 = _e23;
+        }
+    }
+    float _e25 = r_3.x;
+    const float _e26 = scaled(_e25);
+    float _e28 = r_3.y;
+    return float2(_e26, _e28);
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    float4 a = (0.0).xxxx;
+    uint j_1 = (uint)0;
+    uint4 v1_ = (uint4)0;
+    uint4 v2_ = (uint4)0;
+    uint4 v3_ = (uint4)0;
+    uint2 h1_ = (uint2)0;
+    uint2 h2_ = (uint2)0;
+    uint2 h3_ = (uint2)0;
+
+    uint rb_3 = p.row_bytes;
+    uint nb_1 = naga_div(rb_3, 136u);
+    uint _e9 = p.o;
+    uint last = (_e9 - 1u);
+    uint r1_ = min((row0_1 + 1u), last);
+    uint r2_ = min((row0_1 + 2u), last);
+    uint r3_ = min((row0_1 + 3u), last);
+    j_1 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e223 = j_1;
+            j_1 = (_e223 + WG);
+        }
+        loop_init_6 = false;
+        uint _e25 = j_1;
+        if ((_e25 < (8u * nb_1))) {
+        } else {
+            break;
+        }
+        {
+            uint _e29 = j_1;
+            uint b_3 = naga_div(_e29, 8u);
+            uint _e32 = j_1;
+            uint pp_2 = naga_mod(_e32, 8u);
+            const uint _e35 = group(b_3, nb_1);
+            const uint4 _e36 = item(row0_1, rb_3, b_3, pp_2);
+            const uint2 _e37 = header(row0_1, rb_3, _e35);
+            v1_ = (0u).xxxx;
+            v2_ = (0u).xxxx;
+            v3_ = (0u).xxxx;
+            h1_ = (0u).xx;
+            h2_ = (0u).xx;
+            h3_ = (0u).xx;
+            if (true) {
+                const uint4 _e60 = item(r1_, rb_3, b_3, pp_2);
+                v1_ = _e60;
+                const uint2 _e61 = header(r1_, rb_3, _e35);
+                h1_ = _e61;
+            }
+            if (true) {
+                const uint4 _e66 = item(r2_, rb_3, b_3, pp_2);
+                v2_ = _e66;
+                const uint2 _e67 = header(r2_, rb_3, _e35);
+                h2_ = _e67;
+            }
+            if (true) {
+                const uint4 _e72 = item(r3_, rb_3, b_3, pp_2);
+                v3_ = _e72;
+                const uint2 _e73 = header(r3_, rb_3, _e35);
+                h3_ = _e73;
+            }
+            uint xi = naga_div(((256u * b_3) + (8u * pp_2)), 4u);
+            float4 xa0_ = asfloat(xv.Load4(xi*16));
+            float4 xb0_ = asfloat(xv.Load4((xi + 1u)*16));
+            float4 xa1_ = asfloat(xv.Load4((xi + 16u)*16));
+            float4 xb1_ = asfloat(xv.Load4((xi + 17u)*16));
+            float4 xa2_ = asfloat(xv.Load4((xi + 32u)*16));
+            float4 xb2_ = asfloat(xv.Load4((xi + 33u)*16));
+            float4 xa3_ = asfloat(xv.Load4((xi + 48u)*16));
+            float4 xb3_ = asfloat(xv.Load4((xi + 49u)*16));
+            float4 one = (1.0).xxxx;
+            float sx0_ = dot(((xa0_ + xb0_) + (xa1_ + xb1_)), one);
+            float sx1_ = dot(((xa2_ + xb2_) + (xa3_ + xb3_)), one);
+            uint _e131 = v1_.x;
+            uint _e133 = v2_.x;
+            uint _e135 = v3_.x;
+            const float4 _e137 = fdot8x4_(uint4(_e36.x, _e131, _e133, _e135), xa0_, xb0_);
+            uint _e140 = v1_.y;
+            uint _e142 = v2_.y;
+            uint _e144 = v3_.y;
+            const float4 _e146 = fdot8x4_(uint4(_e36.y, _e140, _e142, _e144), xa1_, xb1_);
+            float4 f0_ = (_e137 + _e146);
+            uint _e150 = v1_.z;
+            uint _e152 = v2_.z;
+            uint _e154 = v3_.z;
+            const float4 _e156 = fdot8x4_(uint4(_e36.z, _e150, _e152, _e154), xa2_, xb2_);
+            uint _e159 = v1_.w;
+            uint _e161 = v2_.w;
+            uint _e163 = v3_.w;
+            const float4 _e165 = fdot8x4_(uint4(_e36.w, _e159, _e161, _e163), xa3_, xb3_);
+            float4 f1_ = (_e156 + _e165);
+            const float2 _e168 = sz(_e37, 0u);
+            uint2 _e169 = h1_;
+            const float2 _e171 = sz(_e169, 0u);
+            uint2 _e172 = h2_;
+            const float2 _e174 = sz(_e172, 0u);
+            uint2 _e175 = h3_;
+            const float2 _e177 = sz(_e175, 0u);
+            const float2 _e179 = sz(_e37, 1u);
+            uint2 _e180 = h1_;
+            const float2 _e182 = sz(_e180, 1u);
+            uint2 _e183 = h2_;
+            const float2 _e185 = sz(_e183, 1u);
+            uint2 _e186 = h3_;
+            const float2 _e188 = sz(_e186, 1u);
+            float4 sc0_ = float4(_e168.x, _e171.x, _e174.x, _e177.x);
+            float4 z0_ = float4(_e168.y, _e171.y, _e174.y, _e177.y);
+            float4 sc1_ = float4(_e179.x, _e182.x, _e185.x, _e188.x);
+            float4 z1_ = float4(_e179.y, _e182.y, _e185.y, _e188.y);
+            float4 _e209 = a;
+            a = (_e209 + ((sc0_ * (16.0 * f0_)) + (z0_ * sx0_)));
+            float4 _e216 = a;
+            a = (_e216 + ((sc1_ * (16.0 * f1_)) + (z1_ * sx1_)));
+        }
+    }
+    float4 _e226 = a;
+    return _e226;
+}
+
+void partial(uint row0_2, uint lid_3)
+{
+    if (true) {
+        const float4 _e6 = partial1_(row0_2, lid_3);
+        acc[0] = _e6.x;
+        acc[1] = _e6.y;
+        acc[2] = _e6.z;
+        acc[3] = _e6.w;
+        return;
+    }
+    partial_s(row0_2, lid_3);
+    return;
+}
+
 [numthreads(128, 1, 1)]
 void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_GroupIndex)
 {
@@ -356,27 +557,27 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_2;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_2 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_1 >= _e15)) {
+    if ((row0_3 >= _e15)) {
         return;
     }
-    bool loop_init_6 = true;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
+        if (!loop_init_7) {
             uint _e35 = k;
             k = (_e35 + 1u);
         }
-        loop_init_6 = false;
+        loop_init_7 = false;
         uint _e19 = k;
         if ((_e19 < 16u)) {
         } else {
@@ -391,14 +592,14 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
             u[min(uint(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid);
-    bool loop_init_7 = true;
+    partial(row0_3, lid);
+    bool loop_init_8 = true;
     while(true) {
-        if (!loop_init_7) {
+        if (!loop_init_8) {
             uint _e60 = k_1;
             k_1 = (_e60 + 1u);
         }
-        loop_init_7 = false;
+        loop_init_8 = false;
         uint _e44 = k_1;
         if ((_e44 < 4u)) {
         } else {
@@ -416,13 +617,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e79 = m;
                 m = (_e79 + 1u);
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e67 = m;
             if ((_e67 < nsg)) {
             } else {
@@ -435,12 +636,12 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
                 v = (_e69 + _e76);
             }
         }
-        uint row = (row0_1 + naga_div(lid, S));
+        uint row_2 = (row0_3 + naga_div(lid, S));
         uint _e86 = p.o;
-        if ((row < _e86)) {
+        if ((row_2 < _e86)) {
             uint _e93 = p.o;
             float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row)*4, asuint(_e97));
+            y.Store(((naga_mod(lid, S) * _e93) + row_2)*4, asuint(_e97));
             return;
         } else {
             return;

@@ -36,7 +36,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_2 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -257,7 +257,7 @@ float ZeroValuefloat() {
     return (float)0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial_s(uint row0_, uint lid_1)
 {
     uint nan[4] = (uint[4])0;
     uint c = (uint)0;
@@ -268,8 +268,8 @@ void partial(uint row0_, uint lid_1)
     float d_2 = (float)0;
     uint r_4 = 0u;
 
-    uint rb = p.row_bytes;
-    uint nch = naga_div((rb + 15u), 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div((rb_1 + 15u), 16u);
     uint tpr = p.sc_row;
     c = lid_1;
     bool loop_init_3 = true;
@@ -301,13 +301,13 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e23 = r_2;
-                    uint base = ((row0_ + _e23) * rb);
+                    uint base = ((row0_ + _e23) * rb_1);
                     uint _e26 = r_2;
                     uint _e30 = p.o;
                     if (((row0_ + _e26) < _e30)) {
                         uint _e32 = r_2;
                         uint _e35 = c;
-                        const uint4 _e39 = load16_((base + (16u * _e35)), (base + rb));
+                        const uint4 _e39 = load16_((base + (16u * _e35)), (base + rb_1));
                         v_3[min(uint(_e32), 3u)] = _e39;
                     }
                 }
@@ -329,9 +329,9 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e51 = r_3;
-                    uint row = (row0_ + _e51);
+                    uint row_1 = (row0_ + _e51);
                     uint _e55 = p.o;
-                    if ((row < _e55)) {
+                    if ((row_1 < _e55)) {
                         k_5 = 0u;
                         bool loop_init_6 = true;
                         while(true) {
@@ -348,17 +348,17 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e62 = r_3;
                                 uint _e64 = k_5;
-                                uint w_2 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
+                                uint w_6 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
                                 uint _e67 = r_3;
                                 uint _e69 = nan[min(uint(_e67), 3u)];
-                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_2 & 2139062143u) + 16843009u) & 2155905152u));
+                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u));
                                 uint _e78 = k_5;
-                                const float4 _e81 = e4m3v(w_2);
+                                const float4 _e81 = e4m3v(w_6);
                                 tdot((i0_ + (4u * _e78)), _e81);
                             }
                         }
                         const uint _e90 = group(naga_div(i0_, 128u), tpr);
-                        uint tk = ((naga_div(row, 128u) * tpr) + _e90);
+                        uint tk = ((naga_div(row_1, 128u) * tpr) + _e90);
                         d_2 = ZeroValuefloat();
                         if (true) {
                             const uint _e98 = scale_byte(tk);
@@ -401,6 +401,187 @@ void partial(uint row0_, uint lid_1)
     return;
 }
 
+uint4 rowc(uint row, uint c_1, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
+        return _e13;
+    }
+    uint base_1 = (row * rb);
+    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
+    return _e19;
+}
+
+float4 e4m3_fast(uint w_2)
+{
+    uint4 m_2 = (uint4((w_2 << 20u), (w_2 << 12u), (w_2 << 4u), (w_2 >> 4u)) & (133169152u).xxxx);
+    uint4 sg = (uint4((w_2 << 24u), (w_2 << 16u), (w_2 << 8u), w_2) & (2147483648u).xxxx);
+    return asfloat(((m_2 | sg) | (1073741824u).xxxx));
+}
+
+uint e4m3_special(uint w_3)
+{
+    uint t_1 = (w_3 & 2139062143u);
+    return ((~((t_1 + 2021161080u)) | (t_1 + 16843009u)) & 2155905152u);
+}
+
+float4 e4m3_w(uint w_4, inout uint nan_1)
+{
+    const uint _e2 = e4m3_special(w_4);
+    if ((_e2 != 0u)) {
+        uint _e5 = nan_1;
+        nan_1 = (_e5 | (((w_4 & 2139062143u) + 16843009u) & 2155905152u));
+        const float4 _e13 = e4m3v(w_4);
+        return (_e13 * 256.0);
+    }
+    const float4 _e16 = e4m3_fast(w_4);
+    return _e16;
+}
+
+float4 f8dotx4_(uint4 w_5, float4 xk, inout uint4 nan_2)
+{
+    uint n0_ = 0u;
+    uint n1_ = 0u;
+    uint n2_ = 0u;
+    uint n3_ = 0u;
+
+    const float4 _e12 = e4m3_w(w_5.x, n0_);
+    const float4 _e15 = e4m3_w(w_5.y, n1_);
+    const float4 _e18 = e4m3_w(w_5.z, n2_);
+    const float4 _e21 = e4m3_w(w_5.w, n3_);
+    float4 r_5 = float4(dot(_e12, xk), dot(_e15, xk), dot(_e18, xk), dot(_e21, xk));
+    uint4 _e24 = nan_2;
+    uint _e25 = n0_;
+    uint _e26 = n1_;
+    uint _e27 = n2_;
+    uint _e28 = n3_;
+    nan_2 = (_e24 | uint4(_e25, _e26, _e27, _e28));
+    return r_5;
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    float4 a = (0.0).xxxx;
+    uint4 nan_3 = (0u).xxxx;
+    uint c_2 = (uint)0;
+    uint4 v1_ = (uint4)0;
+    uint4 v2_ = (uint4)0;
+    uint4 v3_ = (uint4)0;
+    float d_3 = (float)0;
+    float4 f = (float4)0;
+
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint tpr_1 = p.sc_row;
+    uint _e14 = p.o;
+    uint last = (_e14 - 1u);
+    uint r1_ = min((row0_1 + 1u), last);
+    uint r2_ = min((row0_1 + 2u), last);
+    uint r3_ = min((row0_1 + 3u), last);
+    uint band = (naga_div(row0_1, 128u) * tpr_1);
+    c_2 = lid_2;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e153 = c_2;
+            c_2 = (_e153 + WG);
+        }
+        loop_init_8 = false;
+        uint _e36 = c_2;
+        if ((_e36 < nch_1)) {
+        } else {
+            break;
+        }
+        {
+            uint _e38 = c_2;
+            const uint4 _e39 = rowc(row0_1, _e38, rb_2);
+            v1_ = (0u).xxxx;
+            v2_ = (0u).xxxx;
+            v3_ = (0u).xxxx;
+            if (true) {
+                uint _e53 = c_2;
+                const uint4 _e54 = rowc(r1_, _e53, rb_2);
+                v1_ = _e54;
+            }
+            if (true) {
+                uint _e59 = c_2;
+                const uint4 _e60 = rowc(r2_, _e59, rb_2);
+                v2_ = _e60;
+            }
+            if (true) {
+                uint _e65 = c_2;
+                const uint4 _e66 = rowc(r3_, _e65, rb_2);
+                v3_ = _e66;
+            }
+            uint _e68 = c_2;
+            const uint _e72 = group(naga_div((16u * _e68), 128u), tpr_1);
+            uint tk_1 = (band + _e72);
+            d_3 = ZeroValuefloat();
+            if (true) {
+                const uint _e80 = scale_byte(tk_1);
+                const float _e81 = ue8m0_(_e80);
+                d_3 = _e81;
+            } else {
+                const float _e82 = scale_f32_(tk_1);
+                d_3 = _e82;
+            }
+            uint _e84 = c_2;
+            uint xi = (4u * _e84);
+            uint _e88 = v1_.x;
+            uint _e90 = v2_.x;
+            uint _e92 = v3_.x;
+            float4 _e96 = asfloat(xv.Load4(xi*16));
+            const float4 _e97 = f8dotx4_(uint4(_e39.x, _e88, _e90, _e92), _e96, nan_3);
+            f = _e97;
+            float4 _e99 = f;
+            uint _e102 = v1_.y;
+            uint _e104 = v2_.y;
+            uint _e106 = v3_.y;
+            float4 _e112 = asfloat(xv.Load4((xi + 1u)*16));
+            const float4 _e113 = f8dotx4_(uint4(_e39.y, _e102, _e104, _e106), _e112, nan_3);
+            f = (_e99 + _e113);
+            float4 _e115 = f;
+            uint _e118 = v1_.z;
+            uint _e120 = v2_.z;
+            uint _e122 = v3_.z;
+            float4 _e128 = asfloat(xv.Load4((xi + 2u)*16));
+            const float4 _e129 = f8dotx4_(uint4(_e39.z, _e118, _e120, _e122), _e128, nan_3);
+            f = (_e115 + _e129);
+            float4 _e131 = f;
+            uint _e134 = v1_.w;
+            uint _e136 = v2_.w;
+            uint _e138 = v3_.w;
+            float4 _e144 = asfloat(xv.Load4((xi + 3u)*16));
+            const float4 _e145 = f8dotx4_(uint4(_e39.w, _e134, _e136, _e138), _e144, nan_3);
+            f = (_e131 + _e145);
+            float4 _e147 = a;
+            float _e148 = d_3;
+            const float _e149 = scaled(_e148);
+            float4 _e150 = f;
+            a = (_e147 + (_e149 * _e150));
+        }
+    }
+    uint _e159 = p.reserved0_;
+    float qnan = asfloat((2143289344u + (_e159 * 0u)));
+    float4 _e164 = a;
+    uint4 _e168 = nan_3;
+    return ((_e168 != (0u).xxxx) ? (qnan).xxxx : (_e164 * 0.00390625));
+}
+
+void partial(uint row0_2, uint lid_3)
+{
+    if (true) {
+        const float4 _e6 = partial1_(row0_2, lid_3);
+        acc[0] = _e6.x;
+        acc[1] = _e6.y;
+        acc[2] = _e6.z;
+        acc[3] = _e6.w;
+        return;
+    }
+    partial_s(row0_2, lid_3);
+    return;
+}
+
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
@@ -414,27 +595,27 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_2;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_2 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_1 >= _e15)) {
+    if ((row0_3 >= _e15)) {
         return;
     }
-    bool loop_init_8 = true;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_8) {
+        if (!loop_init_9) {
             uint _e35 = k;
             k = (_e35 + 1u);
         }
-        loop_init_8 = false;
+        loop_init_9 = false;
         uint _e19 = k;
         if ((_e19 < 16u)) {
         } else {
@@ -449,14 +630,14 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
             u[min(uint(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid);
-    bool loop_init_9 = true;
+    partial(row0_3, lid);
+    bool loop_init_10 = true;
     while(true) {
-        if (!loop_init_9) {
+        if (!loop_init_10) {
             uint _e60 = k_1;
             k_1 = (_e60 + 1u);
         }
-        loop_init_9 = false;
+        loop_init_10 = false;
         uint _e44 = k_1;
         if ((_e44 < 4u)) {
         } else {
@@ -474,13 +655,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e79 = m;
                 m = (_e79 + 1u);
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e67 = m;
             if ((_e67 < nsg)) {
             } else {
@@ -493,12 +674,12 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
                 v = (_e69 + _e76);
             }
         }
-        uint row_1 = (row0_1 + naga_div(lid, S));
+        uint row_2 = (row0_3 + naga_div(lid, S));
         uint _e86 = p.o;
-        if ((row_1 < _e86)) {
+        if ((row_2 < _e86)) {
             uint _e93 = p.o;
             float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row_1)*4, asuint(_e97));
+            y.Store(((naga_mod(lid, S) * _e93) + row_2)*4, asuint(_e97));
             return;
         } else {
             return;

@@ -44,13 +44,13 @@ uint word(uint k_2)
 uint bytes4_(uint b)
 {
     uint k_4 = (b >> 2u);
-    uint sh = ((b & 3u) * 8u);
+    uint sh_1 = ((b & 3u) * 8u);
     const uint _e7 = word(k_4);
-    if ((sh == 0u)) {
+    if ((sh_1 == 0u)) {
         return _e7;
     }
     const uint _e13 = word((k_4 + 1u));
-    return ((_e7 >> sh) | (_e13 << (32u - sh)));
+    return ((_e7 >> sh_1) | (_e13 << (32u - sh_1)));
 }
 
 uint keep_before(uint v_1, uint b_1, uint end)
@@ -202,7 +202,7 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial_s(uint row0_, uint lid_1)
 {
     uint c = (uint)0;
     uint4 v_3[4] = (uint4[4])0;
@@ -212,8 +212,8 @@ void partial(uint row0_, uint lid_1)
     bool local_1 = (bool)0;
     float d_2 = (float)0;
 
-    uint rb = p.row_bytes;
-    uint nch = naga_div((rb + 15u), 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div((rb_1 + 15u), 16u);
     uint ng = p.sc_row;
     c = lid_1;
     bool loop_init_2 = true;
@@ -245,13 +245,13 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e22 = r_1;
-                    uint base = ((row0_ + _e22) * rb);
+                    uint base = ((row0_ + _e22) * rb_1);
                     uint _e25 = r_1;
                     uint _e29 = p.o;
                     if (((row0_ + _e25) < _e29)) {
                         uint _e31 = r_1;
                         uint _e34 = c;
-                        const uint4 _e38 = load16_((base + (16u * _e34)), (base + rb));
+                        const uint4 _e38 = load16_((base + (16u * _e34)), (base + rb_1));
                         v_3[min(uint(_e31), 3u)] = _e38;
                     }
                 }
@@ -273,9 +273,9 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e50 = r_2;
-                    uint row = (row0_ + _e50);
+                    uint row_1 = (row0_ + _e50);
                     uint _e54 = p.o;
-                    if ((row < _e54)) {
+                    if ((row_1 < _e54)) {
                         h = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -322,7 +322,7 @@ void partial(uint row0_, uint lid_1)
                                     d_2 = 0.0;
                                     if ((g_1 < ng)) {
                                         const uint _e127 = group(g_1, ng);
-                                        const float _e129 = scale_f32_(((row * ng) + _e127));
+                                        const float _e129 = scale_f32_(((row_1 * ng) + _e127));
                                         const float _e130 = scaled(_e129);
                                         d_2 = _e130;
                                     }
@@ -337,6 +337,170 @@ void partial(uint row0_, uint lid_1)
             }
         }
     }
+    return;
+}
+
+uint4 rowc(uint row, uint c_1, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
+        return _e13;
+    }
+    uint base_1 = (row * rb);
+    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
+    return _e19;
+}
+
+float4 fnib(uint w_2)
+{
+    uint4 sh = uint4(19u, 15u, 11u, 7u);
+
+    if (false) {
+        sh = uint4(15u, 19u, 7u, 11u);
+    }
+    uint4 _e17 = sh;
+    return (asfloat(((((w_2).xxxx << _e17) & (7864320u).xxxx) | (1065353216u).xxxx)) - (1.5).xxxx);
+}
+
+float fdot8_(uint w_3, float4 xa, float4 xb)
+{
+    const float4 _e3 = fnib(w_3);
+    const float4 _e7 = fnib((w_3 >> 16u));
+    return (dot(_e3, xa) + dot(_e7, xb));
+}
+
+float4 fdot8x4_(uint4 w_4, float4 xa_1, float4 xb_1)
+{
+    const float _e4 = fdot8_(w_4.x, xa_1, xb_1);
+    const float _e6 = fdot8_(w_4.y, xa_1, xb_1);
+    const float _e8 = fdot8_(w_4.z, xa_1, xb_1);
+    const float _e10 = fdot8_(w_4.w, xa_1, xb_1);
+    return float4(_e4, _e6, _e8, _e10);
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    float4 a = (0.0).xxxx;
+    uint c_2 = (uint)0;
+    uint4 v1_ = (uint4)0;
+    uint4 v2_ = (uint4)0;
+    uint4 v3_ = (uint4)0;
+    float4 f = (float4)0;
+
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint ng_1 = p.sc_row;
+    uint _e14 = p.o;
+    uint last = (_e14 - 1u);
+    uint r1_ = min((row0_1 + 1u), last);
+    uint r2_ = min((row0_1 + 2u), last);
+    uint r3_ = min((row0_1 + 3u), last);
+    c_2 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e177 = c_2;
+            c_2 = (_e177 + WG);
+        }
+        loop_init_6 = false;
+        uint _e30 = c_2;
+        if ((_e30 < nch_1)) {
+        } else {
+            break;
+        }
+        {
+            uint _e32 = c_2;
+            const uint4 _e33 = rowc(row0_1, _e32, rb_2);
+            v1_ = (0u).xxxx;
+            v2_ = (0u).xxxx;
+            v3_ = (0u).xxxx;
+            if (true) {
+                uint _e47 = c_2;
+                const uint4 _e48 = rowc(r1_, _e47, rb_2);
+                v1_ = _e48;
+            }
+            if (true) {
+                uint _e53 = c_2;
+                const uint4 _e54 = rowc(r2_, _e53, rb_2);
+                v2_ = _e54;
+            }
+            if (true) {
+                uint _e59 = c_2;
+                const uint4 _e60 = rowc(r3_, _e59, rb_2);
+                v3_ = _e60;
+            }
+            uint _e62 = c_2;
+            const uint _e69 = group(min(naga_div((32u * _e62), GS), (ng_1 - 1u)), ng_1);
+            const float _e72 = scale_f32_(((row0_1 * ng_1) + _e69));
+            const float _e73 = scaled(_e72);
+            const float _e76 = scale_f32_(((r1_ * ng_1) + _e69));
+            const float _e77 = scaled(_e76);
+            const float _e80 = scale_f32_(((r2_ * ng_1) + _e69));
+            const float _e81 = scaled(_e80);
+            const float _e84 = scale_f32_(((r3_ * ng_1) + _e69));
+            const float _e85 = scaled(_e84);
+            float4 d_3 = float4(_e73, _e77, _e81, _e85);
+            uint _e88 = c_2;
+            uint xi = (8u * _e88);
+            float4 x0_ = asfloat(xv.Load4(xi*16));
+            float4 x1_ = asfloat(xv.Load4((xi + 1u)*16));
+            float4 x2_ = asfloat(xv.Load4((xi + 2u)*16));
+            float4 x3_ = asfloat(xv.Load4((xi + 3u)*16));
+            float4 x4_1 = asfloat(xv.Load4((xi + 4u)*16));
+            float4 x5_ = asfloat(xv.Load4((xi + 5u)*16));
+            float4 x6_ = asfloat(xv.Load4((xi + 6u)*16));
+            float4 x7_ = asfloat(xv.Load4((xi + 7u)*16));
+            uint _e130 = v1_.x;
+            uint _e132 = v2_.x;
+            uint _e134 = v3_.x;
+            const float4 _e136 = fdot8x4_(uint4(_e33.x, _e130, _e132, _e134), x0_, x1_);
+            f = _e136;
+            float4 _e138 = f;
+            uint _e141 = v1_.y;
+            uint _e143 = v2_.y;
+            uint _e145 = v3_.y;
+            const float4 _e147 = fdot8x4_(uint4(_e33.y, _e141, _e143, _e145), x2_, x3_);
+            f = (_e138 + _e147);
+            float4 _e149 = f;
+            uint _e152 = v1_.z;
+            uint _e154 = v2_.z;
+            uint _e156 = v3_.z;
+            const float4 _e158 = fdot8x4_(uint4(_e33.z, _e152, _e154, _e156), x4_1, x5_);
+            f = (_e149 + _e158);
+            float4 _e160 = f;
+            uint _e163 = v1_.w;
+            uint _e165 = v2_.w;
+            uint _e167 = v3_.w;
+            const float4 _e169 = fdot8x4_(uint4(_e33.w, _e163, _e165, _e167), x6_, x7_);
+            f = (_e160 + _e169);
+            float4 _e171 = a;
+            float4 _e172 = f;
+            a = (_e171 + (d_3 * (16.0 * _e172)));
+        }
+    }
+    float4 _e180 = a;
+    return _e180;
+}
+
+void partial(uint row0_2, uint lid_3)
+{
+    bool local_2 = (bool)0;
+
+    if (true) {
+        local_2 = true;
+    } else {
+        local_2 = false;
+    }
+    bool _e15 = local_2;
+    if (_e15) {
+        const float4 _e16 = partial1_(row0_2, lid_3);
+        acc[0] = _e16.x;
+        acc[1] = _e16.y;
+        acc[2] = _e16.z;
+        acc[3] = _e16.w;
+        return;
+    }
+    partial_s(row0_2, lid_3);
     return;
 }
 
@@ -358,18 +522,18 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     float v = 0.0;
     uint m_1 = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e12 = p.o;
-    if ((row0_1 >= _e12)) {
+    if ((row0_3 >= _e12)) {
         return;
     }
-    bool loop_init_6 = true;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
+        if (!loop_init_7) {
             uint _e32 = k;
             k = (_e32 + 1u);
         }
-        loop_init_6 = false;
+        loop_init_7 = false;
         uint _e16 = k;
         if ((_e16 < 16u)) {
         } else {
@@ -384,14 +548,14 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             u[min(uint(_e28), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid);
-    bool loop_init_7 = true;
+    partial(row0_3, lid);
+    bool loop_init_8 = true;
     while(true) {
-        if (!loop_init_7) {
+        if (!loop_init_8) {
             uint _e54 = k_1;
             k_1 = (_e54 + 1u);
         }
-        loop_init_7 = false;
+        loop_init_8 = false;
         uint _e41 = k_1;
         if ((_e41 < 4u)) {
         } else {
@@ -407,13 +571,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     GroupMemoryBarrierWithGroupSync();
     uint kk = (lid >> 3u);
     if ((kk < 4u)) {
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e81 = m;
                 m = (_e81 + 1u);
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e63 = m;
             if ((_e63 < 16u)) {
             } else {
@@ -432,13 +596,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     red[min(uint(lid), 2047u)] = _e85;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e104 = m_1;
                 m_1 = (_e104 + 1u);
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e91 = m_1;
             if ((_e91 < 8u)) {
             } else {
@@ -451,12 +615,12 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
                 v = (_e94 + _e101);
             }
         }
-        uint row_1 = (row0_1 + naga_div(lid, S));
+        uint row_2 = (row0_3 + naga_div(lid, S));
         uint _e111 = p.o;
-        if ((row_1 < _e111)) {
+        if ((row_2 < _e111)) {
             uint _e118 = p.o;
             float _e122 = v;
-            y.Store(((naga_mod(lid, S) * _e118) + row_1)*4, asuint(_e122));
+            y.Store(((naga_mod(lid, S) * _e118) + row_2)*4, asuint(_e122));
             return;
         } else {
             return;

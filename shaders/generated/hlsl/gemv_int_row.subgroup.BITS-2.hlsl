@@ -36,7 +36,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_2 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -50,13 +50,13 @@ uint word(uint k_2)
 uint bytes4_(uint b)
 {
     uint k_5 = (b >> 2u);
-    uint sh = ((b & 3u) * 8u);
+    uint sh_1 = ((b & 3u) * 8u);
     const uint _e7 = word(k_5);
-    if ((sh == 0u)) {
+    if ((sh_1 == 0u)) {
         return _e7;
     }
     const uint _e13 = word((k_5 + 1u));
-    return ((_e7 >> sh) | (_e13 << (32u - sh)));
+    return ((_e7 >> sh_1) | (_e13 << (32u - sh_1)));
 }
 
 uint keep_before(uint v_1, uint b_1, uint end)
@@ -215,20 +215,20 @@ void int_chunk(uint r_1, uint i0_, uint4 v_3)
         }
         {
             uint _e8 = k_4;
-            uint w_3 = v_3[min(uint(_e8), 3u)];
+            uint w_8 = v_3[min(uint(_e8), 3u)];
             if (false) {
                 uint _e15 = k_4;
-                const uint4 _e20 = bytes_of((w_3 ^ 2155905152u));
+                const uint4 _e20 = bytes_of((w_8 ^ 2155905152u));
                 const float4 _e21 = u2f(_e20);
                 tdot((i0_ + (4u * _e15)), (_e21 - (128.0).xxxx));
             } else {
                 if (false) {
                     uint _e30 = k_4;
-                    const uint4 _e33 = nibbles_lo(w_3);
+                    const uint4 _e33 = nibbles_lo(w_8);
                     const float4 _e34 = u2f(_e33);
                     tdot((i0_ + (8u * _e30)), (_e34 - (8.0).xxxx));
                     uint _e39 = k_4;
-                    const uint4 _e44 = nibbles_hi(w_3);
+                    const uint4 _e44 = nibbles_hi(w_8);
                     const float4 _e45 = u2f(_e44);
                     tdot(((i0_ + (8u * _e39)) + 4u), (_e45 - (8.0).xxxx));
                 } else {
@@ -247,11 +247,11 @@ void int_chunk(uint r_1, uint i0_, uint4 v_3)
                         }
                         {
                             uint _e55 = h;
-                            uint b_3 = (w_3 >> (8u * _e55));
-                            uint4 c_1 = (uint4(b_3, (b_3 >> 2u), (b_3 >> 4u), (b_3 >> 6u)) & (3u).xxxx);
+                            uint b_3 = (w_8 >> (8u * _e55));
+                            uint4 c_3 = (uint4(b_3, (b_3 >> 2u), (b_3 >> 4u), (b_3 >> 6u)) & (3u).xxxx);
                             uint _e69 = k_4;
                             uint _e73 = h;
-                            const float4 _e76 = u2f(c_1);
+                            const float4 _e76 = u2f(c_3);
                             tdot(((i0_ + (16u * _e69)) + (4u * _e73)), (_e76 - (2.0).xxxx));
                         }
                     }
@@ -271,7 +271,7 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial_s(uint row0_, uint lid_1)
 {
     float d_2[4] = (float[4])0;
     uint r_2 = 0u;
@@ -280,8 +280,8 @@ void partial(uint row0_, uint lid_1)
     uint r_3 = (uint)0;
     uint r_4 = (uint)0;
 
-    uint rb = p.row_bytes;
-    uint nch = naga_div((rb + 15u), 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div((rb_1 + 15u), 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
@@ -336,13 +336,13 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e44 = r_3;
-                    uint base = ((row0_ + _e44) * rb);
+                    uint base = ((row0_ + _e44) * rb_1);
                     uint _e47 = r_3;
                     uint _e51 = p.o;
                     if (((row0_ + _e47) < _e51)) {
                         uint _e53 = r_3;
                         uint _e56 = c;
-                        const uint4 _e60 = load16_((base + (16u * _e56)), (base + rb));
+                        const uint4 _e60 = load16_((base + (16u * _e56)), (base + rb_1));
                         v_4[min(uint(_e53), 3u)] = _e60;
                     }
                 }
@@ -381,6 +381,219 @@ void partial(uint row0_, uint lid_1)
     return;
 }
 
+uint4 rowc(uint row, uint c_1, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
+        return _e13;
+    }
+    uint base_1 = (row * rb);
+    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
+    return _e19;
+}
+
+float4 i8v(uint w_3)
+{
+    uint4 b_4 = ((((w_3 ^ 2155905152u)).xxxx >> uint4(0u, 8u, 16u, 24u)) & (255u).xxxx);
+    return (asfloat((b_4 | (1258291200u).xxxx)) - (8388736.0).xxxx);
+}
+
+float4 fnib(uint w_4)
+{
+    uint4 sh = uint4(19u, 15u, 11u, 7u);
+
+    if (false) {
+        sh = uint4(15u, 19u, 7u, 11u);
+    }
+    uint4 _e17 = sh;
+    return (asfloat(((((w_4).xxxx << _e17) & (7864320u).xxxx) | (1065353216u).xxxx)) - (1.5).xxxx);
+}
+
+float fdot8_(uint w_5, float4 xa, float4 xb)
+{
+    const float4 _e3 = fnib(w_5);
+    const float4 _e7 = fnib((w_5 >> 16u));
+    return (dot(_e3, xa) + dot(_e7, xb));
+}
+
+float4 fdot8x4_(uint4 w_6, float4 xa_1, float4 xb_1)
+{
+    const float _e4 = fdot8_(w_6.x, xa_1, xb_1);
+    const float _e6 = fdot8_(w_6.y, xa_1, xb_1);
+    const float _e8 = fdot8_(w_6.z, xa_1, xb_1);
+    const float _e10 = fdot8_(w_6.w, xa_1, xb_1);
+    return float4(_e4, _e6, _e8, _e10);
+}
+
+float4 i8dotx4_(uint4 w_7, float4 xk)
+{
+    const float4 _e3 = i8v(w_7.x);
+    const float4 _e6 = i8v(w_7.y);
+    const float4 _e9 = i8v(w_7.z);
+    const float4 _e12 = i8v(w_7.w);
+    return float4(dot(_e3, xk), dot(_e6, xk), dot(_e9, xk), dot(_e12, xk));
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    float4 a = (0.0).xxxx;
+    uint c_2 = (uint)0;
+    uint4 v1_ = (uint4)0;
+    uint4 v2_ = (uint4)0;
+    uint4 v3_ = (uint4)0;
+    float4 f = (float4)0;
+
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint _e11 = p.o;
+    uint last = (_e11 - 1u);
+    uint r1_ = min((row0_1 + 1u), last);
+    uint r2_ = min((row0_1 + 2u), last);
+    uint r3_ = min((row0_1 + 3u), last);
+    c_2 = lid_2;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e216 = c_2;
+            c_2 = (_e216 + WG);
+        }
+        loop_init_8 = false;
+        uint _e27 = c_2;
+        if ((_e27 < nch_1)) {
+        } else {
+            break;
+        }
+        {
+            uint _e29 = c_2;
+            const uint4 _e30 = rowc(row0_1, _e29, rb_2);
+            v1_ = (0u).xxxx;
+            v2_ = (0u).xxxx;
+            v3_ = (0u).xxxx;
+            if (true) {
+                uint _e44 = c_2;
+                const uint4 _e45 = rowc(r1_, _e44, rb_2);
+                v1_ = _e45;
+            }
+            if (true) {
+                uint _e50 = c_2;
+                const uint4 _e51 = rowc(r2_, _e50, rb_2);
+                v2_ = _e51;
+            }
+            if (true) {
+                uint _e56 = c_2;
+                const uint4 _e57 = rowc(r3_, _e56, rb_2);
+                v3_ = _e57;
+            }
+            if (false) {
+                uint _e63 = c_2;
+                uint xi = (4u * _e63);
+                float4 _e65 = a;
+                uint _e68 = v1_.x;
+                uint _e70 = v2_.x;
+                uint _e72 = v3_.x;
+                float4 _e76 = asfloat(xv.Load4(xi*16));
+                const float4 _e77 = i8dotx4_(uint4(_e30.x, _e68, _e70, _e72), _e76);
+                a = (_e65 + _e77);
+                float4 _e79 = a;
+                uint _e82 = v1_.y;
+                uint _e84 = v2_.y;
+                uint _e86 = v3_.y;
+                float4 _e92 = asfloat(xv.Load4((xi + 1u)*16));
+                const float4 _e93 = i8dotx4_(uint4(_e30.y, _e82, _e84, _e86), _e92);
+                a = (_e79 + _e93);
+                float4 _e95 = a;
+                uint _e98 = v1_.z;
+                uint _e100 = v2_.z;
+                uint _e102 = v3_.z;
+                float4 _e108 = asfloat(xv.Load4((xi + 2u)*16));
+                const float4 _e109 = i8dotx4_(uint4(_e30.z, _e98, _e100, _e102), _e108);
+                a = (_e95 + _e109);
+                float4 _e111 = a;
+                uint _e114 = v1_.w;
+                uint _e116 = v2_.w;
+                uint _e118 = v3_.w;
+                float4 _e124 = asfloat(xv.Load4((xi + 3u)*16));
+                const float4 _e125 = i8dotx4_(uint4(_e30.w, _e114, _e116, _e118), _e124);
+                a = (_e111 + _e125);
+            } else {
+                uint _e128 = c_2;
+                uint xi_1 = (8u * _e128);
+                float4 x0_ = asfloat(xv.Load4(xi_1*16));
+                float4 x1_ = asfloat(xv.Load4((xi_1 + 1u)*16));
+                float4 x2_ = asfloat(xv.Load4((xi_1 + 2u)*16));
+                float4 x3_ = asfloat(xv.Load4((xi_1 + 3u)*16));
+                float4 x4_1 = asfloat(xv.Load4((xi_1 + 4u)*16));
+                float4 x5_ = asfloat(xv.Load4((xi_1 + 5u)*16));
+                float4 x6_ = asfloat(xv.Load4((xi_1 + 6u)*16));
+                float4 x7_ = asfloat(xv.Load4((xi_1 + 7u)*16));
+                uint _e170 = v1_.x;
+                uint _e172 = v2_.x;
+                uint _e174 = v3_.x;
+                const float4 _e176 = fdot8x4_(uint4(_e30.x, _e170, _e172, _e174), x0_, x1_);
+                f = _e176;
+                float4 _e178 = f;
+                uint _e181 = v1_.y;
+                uint _e183 = v2_.y;
+                uint _e185 = v3_.y;
+                const float4 _e187 = fdot8x4_(uint4(_e30.y, _e181, _e183, _e185), x2_, x3_);
+                f = (_e178 + _e187);
+                float4 _e189 = f;
+                uint _e192 = v1_.z;
+                uint _e194 = v2_.z;
+                uint _e196 = v3_.z;
+                const float4 _e198 = fdot8x4_(uint4(_e30.z, _e192, _e194, _e196), x4_1, x5_);
+                f = (_e189 + _e198);
+                float4 _e200 = f;
+                uint _e203 = v1_.w;
+                uint _e205 = v2_.w;
+                uint _e207 = v3_.w;
+                const float4 _e209 = fdot8x4_(uint4(_e30.w, _e203, _e205, _e207), x6_, x7_);
+                f = (_e200 + _e209);
+                float4 _e211 = a;
+                float4 _e212 = f;
+                a = (_e211 + (16.0 * _e212));
+            }
+        }
+    }
+    const float _e219 = scale_f32_(row0_1);
+    const float _e220 = scaled(_e219);
+    const float _e221 = scale_f32_(r1_);
+    const float _e222 = scaled(_e221);
+    const float _e223 = scale_f32_(r2_);
+    const float _e224 = scaled(_e223);
+    const float _e225 = scale_f32_(r3_);
+    const float _e226 = scaled(_e225);
+    float4 d_3 = float4(_e220, _e222, _e224, _e226);
+    if (false) {
+        float4 _e232 = a;
+        return (_e232 * d_3);
+    }
+    float4 _e234 = a;
+    return (_e234 * d_3);
+}
+
+void partial(uint row0_2, uint lid_3)
+{
+    bool local_1 = (bool)0;
+
+    if (true) {
+        local_1 = false;
+    } else {
+        local_1 = false;
+    }
+    bool _e13 = local_1;
+    if (_e13) {
+        const float4 _e14 = partial1_(row0_2, lid_3);
+        acc[0] = _e14.x;
+        acc[1] = _e14.y;
+        acc[2] = _e14.z;
+        acc[3] = _e14.w;
+        return;
+    }
+    partial_s(row0_2, lid_3);
+    return;
+}
+
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
@@ -394,27 +607,27 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_2;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_2 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_1 >= _e15)) {
+    if ((row0_3 >= _e15)) {
         return;
     }
-    bool loop_init_8 = true;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_8) {
+        if (!loop_init_9) {
             uint _e35 = k;
             k = (_e35 + 1u);
         }
-        loop_init_8 = false;
+        loop_init_9 = false;
         uint _e19 = k;
         if ((_e19 < 16u)) {
         } else {
@@ -429,14 +642,14 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
             u[min(uint(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid);
-    bool loop_init_9 = true;
+    partial(row0_3, lid);
+    bool loop_init_10 = true;
     while(true) {
-        if (!loop_init_9) {
+        if (!loop_init_10) {
             uint _e60 = k_1;
             k_1 = (_e60 + 1u);
         }
-        loop_init_9 = false;
+        loop_init_10 = false;
         uint _e44 = k_1;
         if ((_e44 < 4u)) {
         } else {
@@ -454,13 +667,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e79 = m;
                 m = (_e79 + 1u);
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e67 = m;
             if ((_e67 < nsg)) {
             } else {
@@ -473,12 +686,12 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
                 v = (_e69 + _e76);
             }
         }
-        uint row = (row0_1 + naga_div(lid, S));
+        uint row_1 = (row0_3 + naga_div(lid, S));
         uint _e86 = p.o;
-        if ((row < _e86)) {
+        if ((row_1 < _e86)) {
             uint _e93 = p.o;
             float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row)*4, asuint(_e97));
+            y.Store(((naga_mod(lid, S) * _e93) + row_1)*4, asuint(_e97));
             return;
         } else {
             return;

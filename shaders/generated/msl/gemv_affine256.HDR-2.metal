@@ -208,7 +208,7 @@ uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial(
+void partial_s(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -226,8 +226,8 @@ void partial(
     uint r_2 = {};
     uint k_3 = {};
     bool local = {};
-    uint rb = p.row_bytes;
-    uint nb = naga_div(rb, 136u);
+    uint rb_2 = p.row_bytes;
+    uint nb = naga_div(rb_2, 136u);
     j = lid_1;
     bool loop_init_2 = true;
     while(true) {
@@ -243,9 +243,9 @@ void partial(
         }
         {
             uint _e12 = j;
-            uint b = naga_div(_e12, 8u);
+            uint b_2 = naga_div(_e12, 8u);
             uint _e15 = j;
-            uint pp = naga_mod(_e15, 8u);
+            uint pp_1 = naga_mod(_e15, 8u);
             v_2 = type_10 {};
             h_1 = type_12 {};
             r_1 = 0u;
@@ -266,15 +266,15 @@ void partial(
                     uint _e31 = p.o;
                     if ((row0_ + _e27) < _e31) {
                         uint _e33 = r_1;
-                        uint bw = naga_div(((row0_ + _e33) * rb) + (136u * b), 4u);
+                        uint bw = naga_div(((row0_ + _e33) * rb_2) + (136u * b_2), 4u);
                         uint _e41 = r_1;
-                        uint _e45 = group(b, nb);
-                        uint hw = naga_div(((row0_ + _e41) * rb) + (136u * _e45), 4u);
+                        uint _e45 = group(b_2, nb);
+                        uint hw = naga_div(((row0_ + _e41) * rb_2) + (136u * _e45), 4u);
                         uint _e50 = r_1;
-                        uint _e55 = word((bw + 2u) + pp, wq, _buffer_sizes);
-                        uint _e59 = word((bw + 10u) + pp, wq, _buffer_sizes);
-                        uint _e63 = word((bw + 18u) + pp, wq, _buffer_sizes);
-                        uint _e67 = word((bw + 26u) + pp, wq, _buffer_sizes);
+                        uint _e55 = word((bw + 2u) + pp_1, wq, _buffer_sizes);
+                        uint _e59 = word((bw + 10u) + pp_1, wq, _buffer_sizes);
+                        uint _e63 = word((bw + 18u) + pp_1, wq, _buffer_sizes);
+                        uint _e67 = word((bw + 26u) + pp_1, wq, _buffer_sizes);
                         v_2.inner[metal::min(unsigned(_e50), 3u)] = metal::uint4(_e55, _e59, _e63, _e67);
                         uint _e69 = r_1;
                         uint _e71 = word(hw, wq, _buffer_sizes);
@@ -283,7 +283,7 @@ void partial(
                     }
                 }
             }
-            uint i0_ = (256u * b) + (8u * pp);
+            uint i0_ = (256u * b_2) + (8u * pp_1);
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -317,13 +317,13 @@ void partial(
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_3 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
+                                uint w_6 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
                                 uint _e106 = k_3;
                                 uint i_2 = i0_ + (64u * _e106);
-                                metal::uint4 _e109 = nibbles_lo(w_3);
+                                metal::uint4 _e109 = nibbles_lo(w_6);
                                 metal::float4 _e110 = u2f(_e109);
                                 tdot_sum(i_2, _e110, xv, p, t, u, _buffer_sizes);
-                                metal::uint4 _e113 = nibbles_hi(w_3);
+                                metal::uint4 _e113 = nibbles_hi(w_6);
                                 metal::float4 _e114 = u2f(_e113);
                                 tdot_sum(i_2 + 4u, _e114, xv, p, t, u, _buffer_sizes);
                                 if (false) {
@@ -376,6 +376,239 @@ void partial(
     return;
 }
 
+metal::float4 fnib(
+    uint w_3
+) {
+    metal::uint4 sh = metal::uint4(19u, 15u, 11u, 7u);
+    if (false) {
+        sh = metal::uint4(15u, 19u, 7u, 11u);
+    }
+    metal::uint4 _e17 = sh;
+    return as_type<metal::float4>(((metal::uint4(w_3) << _e17) & metal::uint4(7864320u)) | metal::uint4(1065353216u)) - metal::float4(1.0);
+}
+
+float fdot8_(
+    uint w_4,
+    metal::float4 xa,
+    metal::float4 xb
+) {
+    metal::float4 _e3 = fnib(w_4);
+    metal::float4 _e7 = fnib(w_4 >> 16u);
+    return metal::dot(_e3, xa) + metal::dot(_e7, xb);
+}
+
+metal::float4 fdot8x4_(
+    metal::uint4 w_5,
+    metal::float4 xa_1,
+    metal::float4 xb_1
+) {
+    float _e4 = fdot8_(w_5.x, xa_1, xb_1);
+    float _e6 = fdot8_(w_5.y, xa_1, xb_1);
+    float _e8 = fdot8_(w_5.z, xa_1, xb_1);
+    float _e10 = fdot8_(w_5.w, xa_1, xb_1);
+    return metal::float4(_e4, _e6, _e8, _e10);
+}
+
+metal::uint4 item(
+    uint row,
+    uint rb,
+    uint b,
+    uint pp,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint bw_1 = naga_div((row * rb) + (136u * b), 4u);
+    uint _e13 = word((bw_1 + 2u) + pp, wq, _buffer_sizes);
+    uint _e17 = word((bw_1 + 10u) + pp, wq, _buffer_sizes);
+    uint _e21 = word((bw_1 + 18u) + pp, wq, _buffer_sizes);
+    uint _e25 = word((bw_1 + 26u) + pp, wq, _buffer_sizes);
+    return metal::uint4(_e13, _e17, _e21, _e25);
+}
+
+metal::uint2 header(
+    uint row_1,
+    uint rb_1,
+    uint b_1,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint hw_1 = naga_div((row_1 * rb_1) + (136u * b_1), 4u);
+    uint _e9 = word(hw_1, wq, _buffer_sizes);
+    uint _e12 = word(hw_1 + 1u, wq, _buffer_sizes);
+    return metal::uint2(_e9, _e12);
+}
+
+metal::float2 sz(
+    metal::uint2 hd,
+    uint h_2
+) {
+    metal::float2 r_3 = {};
+    if (false) {
+        r_3 = metal::float2(as_type<float>(hd.x), as_type<float>(hd.y));
+    } else {
+        if (false) {
+            metal::float2 _e21 = f16x2_((h_2 == 1u) ? hd.y : hd.x);
+            r_3 = _e21;
+        } else {
+            metal::float2 _e23 = f16x2_(hd.x);
+            r_3 = _e23;
+        }
+    }
+    float _e25 = r_3.x;
+    float _e26 = scaled(_e25);
+    float _e28 = r_3.y;
+    return metal::float2(_e26, _e28);
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_5 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a = metal::float4(0.0);
+    uint j_1 = {};
+    metal::uint4 v1_ = {};
+    metal::uint4 v2_ = {};
+    metal::uint4 v3_ = {};
+    metal::uint2 h1_ = {};
+    metal::uint2 h2_ = {};
+    metal::uint2 h3_ = {};
+    uint rb_3 = p.row_bytes;
+    uint nb_1 = naga_div(rb_3, 136u);
+    uint _e9 = p.o;
+    uint last = _e9 - 1u;
+    uint r1_ = metal::min(row0_1 + 1u, last);
+    uint r2_ = metal::min(row0_1 + 2u, last);
+    uint r3_ = metal::min(row0_1 + 3u, last);
+    j_1 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e223 = j_1;
+            j_1 = _e223 + WG;
+        }
+        loop_init_6 = false;
+        uint _e25 = j_1;
+        if (_e25 < (8u * nb_1)) {
+        } else {
+            break;
+        }
+        {
+            uint _e29 = j_1;
+            uint b_3 = naga_div(_e29, 8u);
+            uint _e32 = j_1;
+            uint pp_2 = naga_mod(_e32, 8u);
+            uint _e35 = group(b_3, nb_1);
+            metal::uint4 _e36 = item(row0_1, rb_3, b_3, pp_2, wq, _buffer_sizes);
+            metal::uint2 _e37 = header(row0_1, rb_3, _e35, wq, _buffer_sizes);
+            v1_ = metal::uint4(0u);
+            v2_ = metal::uint4(0u);
+            v3_ = metal::uint4(0u);
+            h1_ = metal::uint2(0u);
+            h2_ = metal::uint2(0u);
+            h3_ = metal::uint2(0u);
+            if (true) {
+                metal::uint4 _e60 = item(r1_, rb_3, b_3, pp_2, wq, _buffer_sizes);
+                v1_ = _e60;
+                metal::uint2 _e61 = header(r1_, rb_3, _e35, wq, _buffer_sizes);
+                h1_ = _e61;
+            }
+            if (true) {
+                metal::uint4 _e66 = item(r2_, rb_3, b_3, pp_2, wq, _buffer_sizes);
+                v2_ = _e66;
+                metal::uint2 _e67 = header(r2_, rb_3, _e35, wq, _buffer_sizes);
+                h2_ = _e67;
+            }
+            if (true) {
+                metal::uint4 _e72 = item(r3_, rb_3, b_3, pp_2, wq, _buffer_sizes);
+                v3_ = _e72;
+                metal::uint2 _e73 = header(r3_, rb_3, _e35, wq, _buffer_sizes);
+                h3_ = _e73;
+            }
+            uint xi = naga_div((256u * b_3) + (8u * pp_2), 4u);
+            metal::float4 xa0_ = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb0_ = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa1_ = xv[metal::min(unsigned(xi + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb1_ = xv[metal::min(unsigned(xi + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa2_ = xv[metal::min(unsigned(xi + 32u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb2_ = xv[metal::min(unsigned(xi + 33u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa3_ = xv[metal::min(unsigned(xi + 48u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb3_ = xv[metal::min(unsigned(xi + 49u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 one = metal::float4(1.0);
+            float sx0_ = metal::dot((xa0_ + xb0_) + (xa1_ + xb1_), one);
+            float sx1_ = metal::dot((xa2_ + xb2_) + (xa3_ + xb3_), one);
+            uint _e131 = v1_.x;
+            uint _e133 = v2_.x;
+            uint _e135 = v3_.x;
+            metal::float4 _e137 = fdot8x4_(metal::uint4(_e36.x, _e131, _e133, _e135), xa0_, xb0_);
+            uint _e140 = v1_.y;
+            uint _e142 = v2_.y;
+            uint _e144 = v3_.y;
+            metal::float4 _e146 = fdot8x4_(metal::uint4(_e36.y, _e140, _e142, _e144), xa1_, xb1_);
+            metal::float4 f0_ = _e137 + _e146;
+            uint _e150 = v1_.z;
+            uint _e152 = v2_.z;
+            uint _e154 = v3_.z;
+            metal::float4 _e156 = fdot8x4_(metal::uint4(_e36.z, _e150, _e152, _e154), xa2_, xb2_);
+            uint _e159 = v1_.w;
+            uint _e161 = v2_.w;
+            uint _e163 = v3_.w;
+            metal::float4 _e165 = fdot8x4_(metal::uint4(_e36.w, _e159, _e161, _e163), xa3_, xb3_);
+            metal::float4 f1_ = _e156 + _e165;
+            metal::float2 _e168 = sz(_e37, 0u);
+            metal::uint2 _e169 = h1_;
+            metal::float2 _e171 = sz(_e169, 0u);
+            metal::uint2 _e172 = h2_;
+            metal::float2 _e174 = sz(_e172, 0u);
+            metal::uint2 _e175 = h3_;
+            metal::float2 _e177 = sz(_e175, 0u);
+            metal::float2 _e179 = sz(_e37, 1u);
+            metal::uint2 _e180 = h1_;
+            metal::float2 _e182 = sz(_e180, 1u);
+            metal::uint2 _e183 = h2_;
+            metal::float2 _e185 = sz(_e183, 1u);
+            metal::uint2 _e186 = h3_;
+            metal::float2 _e188 = sz(_e186, 1u);
+            metal::float4 sc0_ = metal::float4(_e168.x, _e171.x, _e174.x, _e177.x);
+            metal::float4 z0_ = metal::float4(_e168.y, _e171.y, _e174.y, _e177.y);
+            metal::float4 sc1_ = metal::float4(_e179.x, _e182.x, _e185.x, _e188.x);
+            metal::float4 z1_ = metal::float4(_e179.y, _e182.y, _e185.y, _e188.y);
+            metal::float4 _e209 = a;
+            a = _e209 + ((sc0_ * (16.0 * f0_)) + (z0_ * sx0_));
+            metal::float4 _e216 = a;
+            a = _e216 + ((sc1_ * (16.0 * f1_)) + (z1_ * sx1_));
+        }
+    }
+    metal::float4 _e226 = a;
+    return _e226;
+}
+
+void partial(
+    uint row0_2,
+    uint lid_3,
+    device type_2 const& wq,
+    device type_5 const& xv,
+    constant Params& p,
+    thread type_7& acc,
+    thread type_7& t,
+    thread type_7& u,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if (true) {
+        metal::float4 _e6 = partial1_(row0_2, lid_3, wq, xv, p, _buffer_sizes);
+        acc.inner[0] = _e6.x;
+        acc.inner[1] = _e6.y;
+        acc.inner[2] = _e6.z;
+        acc.inner[3] = _e6.w;
+        return;
+    }
+    partial_s(row0_2, lid_3, wq, xv, p, acc, t, u, _buffer_sizes);
+    return;
+}
+
 struct main_Input {
 };
 [[max_total_threads_per_threadgroup(128)]] kernel void main_(
@@ -402,18 +635,18 @@ struct main_Input {
     uint m = 0u;
     float v = 0.0;
     uint m_1 = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_1 >= _e12) {
+    if (row0_3 >= _e12) {
         return;
     }
-    bool loop_init_6 = true;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
+        if (!loop_init_7) {
             uint _e32 = k;
             k = _e32 + 1u;
         }
-        loop_init_6 = false;
+        loop_init_7 = false;
         uint _e16 = k;
         if (_e16 < 16u) {
         } else {
@@ -428,14 +661,14 @@ struct main_Input {
             u.inner[metal::min(unsigned(_e28), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-    bool loop_init_7 = true;
+    partial(row0_3, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+    bool loop_init_8 = true;
     while(true) {
-        if (!loop_init_7) {
+        if (!loop_init_8) {
             uint _e54 = k_1;
             k_1 = _e54 + 1u;
         }
-        loop_init_7 = false;
+        loop_init_8 = false;
         uint _e41 = k_1;
         if (_e41 < 4u) {
         } else {
@@ -451,13 +684,13 @@ struct main_Input {
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     uint kk = lid >> 3u;
     if (kk < 4u) {
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e81 = m;
                 m = _e81 + 1u;
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e63 = m;
             if (_e63 < 16u) {
             } else {
@@ -476,13 +709,13 @@ struct main_Input {
     red.inner[metal::min(unsigned(lid), 2047u)] = _e85;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e104 = m_1;
                 m_1 = _e104 + 1u;
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e91 = m_1;
             if (_e91 < 8u) {
             } else {
@@ -495,12 +728,12 @@ struct main_Input {
                 v = _e94 + _e101;
             }
         }
-        uint row = row0_1 + naga_div(lid, S);
+        uint row_2 = row0_3 + naga_div(lid, S);
         uint _e111 = p.o;
-        if (row < _e111) {
+        if (row_2 < _e111) {
             uint _e118 = p.o;
             float _e122 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e118) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e122;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e118) + row_2), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e122;
             return;
         } else {
             return;

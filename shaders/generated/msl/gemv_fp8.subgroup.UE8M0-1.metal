@@ -37,7 +37,7 @@ struct type_10 {
 struct type_11 {
     metal::uint4 inner[4];
 };
-struct type_12 {
+struct type_14 {
     float inner[512];
 };
 constant uint WG = 128u;
@@ -294,7 +294,7 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial(
+void partial_s(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -313,8 +313,8 @@ void partial(
     uint k_5 = {};
     float d_2 = {};
     uint r_4 = 0u;
-    uint rb = p.row_bytes;
-    uint nch = naga_div(rb + 15u, 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div(rb_1 + 15u, 16u);
     uint tpr = p.sc_row;
     c = lid_1;
     bool loop_init_3 = true;
@@ -346,13 +346,13 @@ void partial(
                 }
                 {
                     uint _e23 = r_2;
-                    uint base = (row0_ + _e23) * rb;
+                    uint base = (row0_ + _e23) * rb_1;
                     uint _e26 = r_2;
                     uint _e30 = p.o;
                     if ((row0_ + _e26) < _e30) {
                         uint _e32 = r_2;
                         uint _e35 = c;
-                        metal::uint4 _e39 = load16_(base + (16u * _e35), base + rb, wq, _buffer_sizes);
+                        metal::uint4 _e39 = load16_(base + (16u * _e35), base + rb_1, wq, _buffer_sizes);
                         v_3.inner[metal::min(unsigned(_e32), 3u)] = _e39;
                     }
                 }
@@ -374,9 +374,9 @@ void partial(
                 }
                 {
                     uint _e51 = r_3;
-                    uint row = row0_ + _e51;
+                    uint row_1 = row0_ + _e51;
                     uint _e55 = p.o;
-                    if (row < _e55) {
+                    if (row_1 < _e55) {
                         k_5 = 0u;
                         bool loop_init_6 = true;
                         while(true) {
@@ -393,17 +393,17 @@ void partial(
                             {
                                 uint _e62 = r_3;
                                 uint _e64 = k_5;
-                                uint w_2 = v_3.inner[metal::min(unsigned(_e62), 3u)][metal::min(unsigned(_e64), 3u)];
+                                uint w_6 = v_3.inner[metal::min(unsigned(_e62), 3u)][metal::min(unsigned(_e64), 3u)];
                                 uint _e67 = r_3;
                                 uint _e69 = nan.inner[metal::min(unsigned(_e67), 3u)];
-                                nan.inner[metal::min(unsigned(_e67), 3u)] = _e69 | (((w_2 & 2139062143u) + 16843009u) & 2155905152u);
+                                nan.inner[metal::min(unsigned(_e67), 3u)] = _e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u);
                                 uint _e78 = k_5;
-                                metal::float4 _e81 = e4m3v(w_2);
+                                metal::float4 _e81 = e4m3v(w_6);
                                 tdot(i0_ + (4u * _e78), _e81, xv, p, t, _buffer_sizes);
                             }
                         }
                         uint _e90 = group(naga_div(i0_, 128u), tpr);
-                        uint tk = (naga_div(row, 128u) * tpr) + _e90;
+                        uint tk = (naga_div(row_1, 128u) * tpr) + _e90;
                         d_2 = float {};
                         if (true) {
                             uint _e98 = scale_byte(tk, sc, _buffer_sizes);
@@ -445,6 +445,213 @@ void partial(
     }
     return;
 }
+
+metal::uint4 rowc(
+    uint row,
+    uint c_1,
+    uint rb,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if ((rb & 15u) == 0u) {
+        metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c_1), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        return _e13;
+    }
+    uint base_1 = row * rb;
+    metal::uint4 _e19 = load16_(base_1 + (16u * c_1), base_1 + rb, wq, _buffer_sizes);
+    return _e19;
+}
+
+metal::float4 e4m3_fast(
+    uint w_2
+) {
+    metal::uint4 m_2 = metal::uint4(w_2 << 20u, w_2 << 12u, w_2 << 4u, w_2 >> 4u) & metal::uint4(133169152u);
+    metal::uint4 sg = metal::uint4(w_2 << 24u, w_2 << 16u, w_2 << 8u, w_2) & metal::uint4(2147483648u);
+    return as_type<metal::float4>((m_2 | sg) | metal::uint4(1073741824u));
+}
+
+uint e4m3_special(
+    uint w_3
+) {
+    uint t_1 = w_3 & 2139062143u;
+    return (~((t_1 + 2021161080u)) | (t_1 + 16843009u)) & 2155905152u;
+}
+
+metal::float4 e4m3_w(
+    uint w_4,
+    thread uint& nan_1
+) {
+    uint _e2 = e4m3_special(w_4);
+    if (_e2 != 0u) {
+        uint _e5 = nan_1;
+        nan_1 = _e5 | (((w_4 & 2139062143u) + 16843009u) & 2155905152u);
+        metal::float4 _e13 = e4m3v(w_4);
+        return _e13 * 256.0;
+    }
+    metal::float4 _e16 = e4m3_fast(w_4);
+    return _e16;
+}
+
+metal::float4 f8dotx4_(
+    metal::uint4 w_5,
+    metal::float4 xk,
+    thread metal::uint4& nan_2
+) {
+    uint n0_ = 0u;
+    uint n1_ = 0u;
+    uint n2_ = 0u;
+    uint n3_ = 0u;
+    metal::float4 _e12 = e4m3_w(w_5.x, n0_);
+    metal::float4 _e15 = e4m3_w(w_5.y, n1_);
+    metal::float4 _e18 = e4m3_w(w_5.z, n2_);
+    metal::float4 _e21 = e4m3_w(w_5.w, n3_);
+    metal::float4 r_5 = metal::float4(metal::dot(_e12, xk), metal::dot(_e15, xk), metal::dot(_e18, xk), metal::dot(_e21, xk));
+    metal::uint4 _e24 = nan_2;
+    uint _e25 = n0_;
+    uint _e26 = n1_;
+    uint _e27 = n2_;
+    uint _e28 = n3_;
+    nan_2 = _e24 | metal::uint4(_e25, _e26, _e27, _e28);
+    return r_5;
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a = metal::float4(0.0);
+    metal::uint4 nan_3 = metal::uint4(0u);
+    uint c_2 = {};
+    metal::uint4 v1_ = {};
+    metal::uint4 v2_ = {};
+    metal::uint4 v3_ = {};
+    float d_3 = {};
+    metal::float4 f = {};
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div(rb_2 + 15u, 16u);
+    uint tpr_1 = p.sc_row;
+    uint _e14 = p.o;
+    uint last = _e14 - 1u;
+    uint r1_ = metal::min(row0_1 + 1u, last);
+    uint r2_ = metal::min(row0_1 + 2u, last);
+    uint r3_ = metal::min(row0_1 + 3u, last);
+    uint band = naga_div(row0_1, 128u) * tpr_1;
+    c_2 = lid_2;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e153 = c_2;
+            c_2 = _e153 + WG;
+        }
+        loop_init_8 = false;
+        uint _e36 = c_2;
+        if (_e36 < nch_1) {
+        } else {
+            break;
+        }
+        {
+            uint _e38 = c_2;
+            metal::uint4 _e39 = rowc(row0_1, _e38, rb_2, wq, _buffer_sizes);
+            v1_ = metal::uint4(0u);
+            v2_ = metal::uint4(0u);
+            v3_ = metal::uint4(0u);
+            if (true) {
+                uint _e53 = c_2;
+                metal::uint4 _e54 = rowc(r1_, _e53, rb_2, wq, _buffer_sizes);
+                v1_ = _e54;
+            }
+            if (true) {
+                uint _e59 = c_2;
+                metal::uint4 _e60 = rowc(r2_, _e59, rb_2, wq, _buffer_sizes);
+                v2_ = _e60;
+            }
+            if (true) {
+                uint _e65 = c_2;
+                metal::uint4 _e66 = rowc(r3_, _e65, rb_2, wq, _buffer_sizes);
+                v3_ = _e66;
+            }
+            uint _e68 = c_2;
+            uint _e72 = group(naga_div(16u * _e68, 128u), tpr_1);
+            uint tk_1 = band + _e72;
+            d_3 = float {};
+            if (true) {
+                uint _e80 = scale_byte(tk_1, sc, _buffer_sizes);
+                float _e81 = ue8m0_(_e80, p);
+                d_3 = _e81;
+            } else {
+                float _e82 = scale_f32_(tk_1, sc, _buffer_sizes);
+                d_3 = _e82;
+            }
+            uint _e84 = c_2;
+            uint xi = 4u * _e84;
+            uint _e88 = v1_.x;
+            uint _e90 = v2_.x;
+            uint _e92 = v3_.x;
+            metal::float4 _e96 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 _e97 = f8dotx4_(metal::uint4(_e39.x, _e88, _e90, _e92), _e96, nan_3);
+            f = _e97;
+            metal::float4 _e99 = f;
+            uint _e102 = v1_.y;
+            uint _e104 = v2_.y;
+            uint _e106 = v3_.y;
+            metal::float4 _e112 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 _e113 = f8dotx4_(metal::uint4(_e39.y, _e102, _e104, _e106), _e112, nan_3);
+            f = _e99 + _e113;
+            metal::float4 _e115 = f;
+            uint _e118 = v1_.z;
+            uint _e120 = v2_.z;
+            uint _e122 = v3_.z;
+            metal::float4 _e128 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 _e129 = f8dotx4_(metal::uint4(_e39.z, _e118, _e120, _e122), _e128, nan_3);
+            f = _e115 + _e129;
+            metal::float4 _e131 = f;
+            uint _e134 = v1_.w;
+            uint _e136 = v2_.w;
+            uint _e138 = v3_.w;
+            metal::float4 _e144 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 _e145 = f8dotx4_(metal::uint4(_e39.w, _e134, _e136, _e138), _e144, nan_3);
+            f = _e131 + _e145;
+            metal::float4 _e147 = a;
+            float _e148 = d_3;
+            float _e149 = scaled(_e148);
+            metal::float4 _e150 = f;
+            a = _e147 + (_e149 * _e150);
+        }
+    }
+    uint _e159 = p.reserved0_;
+    float qnan = as_type<float>(2143289344u + (_e159 * 0u));
+    metal::float4 _e164 = a;
+    metal::uint4 _e168 = nan_3;
+    return metal::select(_e164 * 0.00390625, metal::float4(qnan), _e168 != metal::uint4(0u));
+}
+
+void partial(
+    uint row0_2,
+    uint lid_3,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    thread type_8& acc,
+    thread type_8& t,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if (true) {
+        metal::float4 _e6 = partial1_(row0_2, lid_3, wq, sc, xv, p, _buffer_sizes);
+        acc.inner[0] = _e6.x;
+        acc.inner[1] = _e6.y;
+        acc.inner[2] = _e6.z;
+        acc.inner[3] = _e6.w;
+        return;
+    }
+    partial_s(row0_2, lid_3, wq, sc, xv, p, acc, t, _buffer_sizes);
+    return;
+}
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
@@ -464,7 +671,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_12& red
+, threadgroup type_14& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -478,18 +685,18 @@ struct main_Input {
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_1 >= _e15) {
+    if (row0_3 >= _e15) {
         return;
     }
-    bool loop_init_8 = true;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_8) {
+        if (!loop_init_9) {
             uint _e35 = k;
             k = _e35 + 1u;
         }
-        loop_init_8 = false;
+        loop_init_9 = false;
         uint _e19 = k;
         if (_e19 < 16u) {
         } else {
@@ -504,14 +711,14 @@ struct main_Input {
             u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_9 = true;
+    partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+    bool loop_init_10 = true;
     while(true) {
-        if (!loop_init_9) {
+        if (!loop_init_10) {
             uint _e60 = k_1;
             k_1 = _e60 + 1u;
         }
-        loop_init_9 = false;
+        loop_init_10 = false;
         uint _e44 = k_1;
         if (_e44 < 4u) {
         } else {
@@ -529,13 +736,13 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e79 = m;
                 m = _e79 + 1u;
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e67 = m;
             if (_e67 < nsg) {
             } else {
@@ -548,12 +755,12 @@ struct main_Input {
                 v = _e69 + _e76;
             }
         }
-        uint row_1 = row0_1 + naga_div(lid, S);
+        uint row_2 = row0_3 + naga_div(lid, S);
         uint _e86 = p.o;
-        if (row_1 < _e86) {
+        if (row_2 < _e86) {
             uint _e93 = p.o;
             float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
             return;
         } else {
             return;

@@ -58,13 +58,13 @@ uint bytes4_(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint k_4 = b >> 2u;
-    uint sh = (b & 3u) * 8u;
+    uint sh_1 = (b & 3u) * 8u;
     uint _e7 = word(k_4, wq, _buffer_sizes);
-    if (sh == 0u) {
+    if (sh_1 == 0u) {
         return _e7;
     }
     uint _e13 = word(k_4 + 1u, wq, _buffer_sizes);
-    return (_e7 >> sh) | (_e13 << (32u - sh));
+    return (_e7 >> sh_1) | (_e13 << (32u - sh_1));
 }
 
 uint keep_before(
@@ -239,7 +239,7 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial(
+void partial_s(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -257,8 +257,8 @@ void partial(
     uint h = {};
     bool local_1 = {};
     float d_2 = {};
-    uint rb = p.row_bytes;
-    uint nch = naga_div(rb + 15u, 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div(rb_1 + 15u, 16u);
     uint ng = p.sc_row;
     c = lid_1;
     bool loop_init_2 = true;
@@ -290,13 +290,13 @@ void partial(
                 }
                 {
                     uint _e22 = r_1;
-                    uint base = (row0_ + _e22) * rb;
+                    uint base = (row0_ + _e22) * rb_1;
                     uint _e25 = r_1;
                     uint _e29 = p.o;
                     if ((row0_ + _e25) < _e29) {
                         uint _e31 = r_1;
                         uint _e34 = c;
-                        metal::uint4 _e38 = load16_(base + (16u * _e34), base + rb, wq, _buffer_sizes);
+                        metal::uint4 _e38 = load16_(base + (16u * _e34), base + rb_1, wq, _buffer_sizes);
                         v_3.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
@@ -318,9 +318,9 @@ void partial(
                 }
                 {
                     uint _e50 = r_2;
-                    uint row = row0_ + _e50;
+                    uint row_1 = row0_ + _e50;
                     uint _e54 = p.o;
-                    if (row < _e54) {
+                    if (row_1 < _e54) {
                         h = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -367,7 +367,7 @@ void partial(
                                     d_2 = 0.0;
                                     if (g_1 < ng) {
                                         uint _e127 = group(g_1, ng);
-                                        float _e129 = scale_f32_((row * ng) + _e127, sc, _buffer_sizes);
+                                        float _e129 = scale_f32_((row_1 * ng) + _e127, sc, _buffer_sizes);
                                         float _e130 = scaled(_e129);
                                         d_2 = _e130;
                                     }
@@ -382,6 +382,195 @@ void partial(
             }
         }
     }
+    return;
+}
+
+metal::uint4 rowc(
+    uint row,
+    uint c_1,
+    uint rb,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if ((rb & 15u) == 0u) {
+        metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c_1), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        return _e13;
+    }
+    uint base_1 = row * rb;
+    metal::uint4 _e19 = load16_(base_1 + (16u * c_1), base_1 + rb, wq, _buffer_sizes);
+    return _e19;
+}
+
+metal::float4 fnib(
+    uint w_2
+) {
+    metal::uint4 sh = metal::uint4(19u, 15u, 11u, 7u);
+    if (false) {
+        sh = metal::uint4(15u, 19u, 7u, 11u);
+    }
+    metal::uint4 _e17 = sh;
+    return as_type<metal::float4>(((metal::uint4(w_2) << _e17) & metal::uint4(7864320u)) | metal::uint4(1065353216u)) - metal::float4(1.5);
+}
+
+float fdot8_(
+    uint w_3,
+    metal::float4 xa,
+    metal::float4 xb
+) {
+    metal::float4 _e3 = fnib(w_3);
+    metal::float4 _e7 = fnib(w_3 >> 16u);
+    return metal::dot(_e3, xa) + metal::dot(_e7, xb);
+}
+
+metal::float4 fdot8x4_(
+    metal::uint4 w_4,
+    metal::float4 xa_1,
+    metal::float4 xb_1
+) {
+    float _e4 = fdot8_(w_4.x, xa_1, xb_1);
+    float _e6 = fdot8_(w_4.y, xa_1, xb_1);
+    float _e8 = fdot8_(w_4.z, xa_1, xb_1);
+    float _e10 = fdot8_(w_4.w, xa_1, xb_1);
+    return metal::float4(_e4, _e6, _e8, _e10);
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a = metal::float4(0.0);
+    uint c_2 = {};
+    metal::uint4 v1_ = {};
+    metal::uint4 v2_ = {};
+    metal::uint4 v3_ = {};
+    metal::float4 f = {};
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div(rb_2 + 15u, 16u);
+    uint ng_1 = p.sc_row;
+    uint _e14 = p.o;
+    uint last = _e14 - 1u;
+    uint r1_ = metal::min(row0_1 + 1u, last);
+    uint r2_ = metal::min(row0_1 + 2u, last);
+    uint r3_ = metal::min(row0_1 + 3u, last);
+    c_2 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e177 = c_2;
+            c_2 = _e177 + WG;
+        }
+        loop_init_6 = false;
+        uint _e30 = c_2;
+        if (_e30 < nch_1) {
+        } else {
+            break;
+        }
+        {
+            uint _e32 = c_2;
+            metal::uint4 _e33 = rowc(row0_1, _e32, rb_2, wq, _buffer_sizes);
+            v1_ = metal::uint4(0u);
+            v2_ = metal::uint4(0u);
+            v3_ = metal::uint4(0u);
+            if (true) {
+                uint _e47 = c_2;
+                metal::uint4 _e48 = rowc(r1_, _e47, rb_2, wq, _buffer_sizes);
+                v1_ = _e48;
+            }
+            if (true) {
+                uint _e53 = c_2;
+                metal::uint4 _e54 = rowc(r2_, _e53, rb_2, wq, _buffer_sizes);
+                v2_ = _e54;
+            }
+            if (true) {
+                uint _e59 = c_2;
+                metal::uint4 _e60 = rowc(r3_, _e59, rb_2, wq, _buffer_sizes);
+                v3_ = _e60;
+            }
+            uint _e62 = c_2;
+            uint _e69 = group(metal::min(naga_div(32u * _e62, GS), ng_1 - 1u), ng_1);
+            float _e72 = scale_f32_((row0_1 * ng_1) + _e69, sc, _buffer_sizes);
+            float _e73 = scaled(_e72);
+            float _e76 = scale_f32_((r1_ * ng_1) + _e69, sc, _buffer_sizes);
+            float _e77 = scaled(_e76);
+            float _e80 = scale_f32_((r2_ * ng_1) + _e69, sc, _buffer_sizes);
+            float _e81 = scaled(_e80);
+            float _e84 = scale_f32_((r3_ * ng_1) + _e69, sc, _buffer_sizes);
+            float _e85 = scaled(_e84);
+            metal::float4 d_3 = metal::float4(_e73, _e77, _e81, _e85);
+            uint _e88 = c_2;
+            uint xi = 8u * _e88;
+            metal::float4 x0_ = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x1_ = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x2_ = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x3_ = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x4_1 = xv[metal::min(unsigned(xi + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x5_ = xv[metal::min(unsigned(xi + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x6_ = xv[metal::min(unsigned(xi + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 x7_ = xv[metal::min(unsigned(xi + 7u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            uint _e130 = v1_.x;
+            uint _e132 = v2_.x;
+            uint _e134 = v3_.x;
+            metal::float4 _e136 = fdot8x4_(metal::uint4(_e33.x, _e130, _e132, _e134), x0_, x1_);
+            f = _e136;
+            metal::float4 _e138 = f;
+            uint _e141 = v1_.y;
+            uint _e143 = v2_.y;
+            uint _e145 = v3_.y;
+            metal::float4 _e147 = fdot8x4_(metal::uint4(_e33.y, _e141, _e143, _e145), x2_, x3_);
+            f = _e138 + _e147;
+            metal::float4 _e149 = f;
+            uint _e152 = v1_.z;
+            uint _e154 = v2_.z;
+            uint _e156 = v3_.z;
+            metal::float4 _e158 = fdot8x4_(metal::uint4(_e33.z, _e152, _e154, _e156), x4_1, x5_);
+            f = _e149 + _e158;
+            metal::float4 _e160 = f;
+            uint _e163 = v1_.w;
+            uint _e165 = v2_.w;
+            uint _e167 = v3_.w;
+            metal::float4 _e169 = fdot8x4_(metal::uint4(_e33.w, _e163, _e165, _e167), x6_, x7_);
+            f = _e160 + _e169;
+            metal::float4 _e171 = a;
+            metal::float4 _e172 = f;
+            a = _e171 + (d_3 * (16.0 * _e172));
+        }
+    }
+    metal::float4 _e180 = a;
+    return _e180;
+}
+
+void partial(
+    uint row0_2,
+    uint lid_3,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    thread type_8& acc,
+    thread type_8& t,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    bool local_2 = {};
+    if (true) {
+        local_2 = false;
+    } else {
+        local_2 = false;
+    }
+    bool _e15 = local_2;
+    if (_e15) {
+        metal::float4 _e16 = partial1_(row0_2, lid_3, wq, sc, xv, p, _buffer_sizes);
+        acc.inner[0] = _e16.x;
+        acc.inner[1] = _e16.y;
+        acc.inner[2] = _e16.z;
+        acc.inner[3] = _e16.w;
+        return;
+    }
+    partial_s(row0_2, lid_3, wq, sc, xv, p, acc, t, _buffer_sizes);
     return;
 }
 uint naga_mod(uint lhs, uint rhs) {
@@ -417,18 +606,18 @@ struct main_Input {
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_1 >= _e15) {
+    if (row0_3 >= _e15) {
         return;
     }
-    bool loop_init_6 = true;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
+        if (!loop_init_7) {
             uint _e35 = k;
             k = _e35 + 1u;
         }
-        loop_init_6 = false;
+        loop_init_7 = false;
         uint _e19 = k;
         if (_e19 < 16u) {
         } else {
@@ -443,14 +632,14 @@ struct main_Input {
             u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_7 = true;
+    partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+    bool loop_init_8 = true;
     while(true) {
-        if (!loop_init_7) {
+        if (!loop_init_8) {
             uint _e60 = k_1;
             k_1 = _e60 + 1u;
         }
-        loop_init_7 = false;
+        loop_init_8 = false;
         uint _e44 = k_1;
         if (_e44 < 4u) {
         } else {
@@ -468,13 +657,13 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e79 = m;
                 m = _e79 + 1u;
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e67 = m;
             if (_e67 < nsg) {
             } else {
@@ -487,12 +676,12 @@ struct main_Input {
                 v = _e69 + _e76;
             }
         }
-        uint row_1 = row0_1 + naga_div(lid, S);
+        uint row_2 = row0_3 + naga_div(lid, S);
         uint _e86 = p.o;
-        if (row_1 < _e86) {
+        if (row_2 < _e86) {
             uint _e93 = p.o;
             float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
             return;
         } else {
             return;

@@ -61,13 +61,13 @@ uint bytes4_(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint k_5 = b >> 2u;
-    uint sh = (b & 3u) * 8u;
+    uint sh_1 = (b & 3u) * 8u;
     uint _e7 = word(k_5, wq, _buffer_sizes);
-    if (sh == 0u) {
+    if (sh_1 == 0u) {
         return _e7;
     }
     uint _e13 = word(k_5 + 1u, wq, _buffer_sizes);
-    return (_e7 >> sh) | (_e13 << (32u - sh));
+    return (_e7 >> sh_1) | (_e13 << (32u - sh_1));
 }
 
 uint keep_before(
@@ -259,20 +259,20 @@ void int_chunk(
         }
         {
             uint _e8 = k_4;
-            uint w_3 = v_3[metal::min(unsigned(_e8), 3u)];
+            uint w_8 = v_3[metal::min(unsigned(_e8), 3u)];
             if (true) {
                 uint _e15 = k_4;
-                metal::uint4 _e20 = bytes_of(w_3 ^ 2155905152u);
+                metal::uint4 _e20 = bytes_of(w_8 ^ 2155905152u);
                 metal::float4 _e21 = u2f(_e20);
                 tdot(i0_ + (4u * _e15), _e21 - metal::float4(128.0), xv, p, t, _buffer_sizes);
             } else {
                 if (false) {
                     uint _e30 = k_4;
-                    metal::uint4 _e33 = nibbles_lo(w_3);
+                    metal::uint4 _e33 = nibbles_lo(w_8);
                     metal::float4 _e34 = u2f(_e33);
                     tdot(i0_ + (8u * _e30), _e34 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                     uint _e39 = k_4;
-                    metal::uint4 _e44 = nibbles_hi(w_3);
+                    metal::uint4 _e44 = nibbles_hi(w_8);
                     metal::float4 _e45 = u2f(_e44);
                     tdot((i0_ + (8u * _e39)) + 4u, _e45 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                 } else {
@@ -291,11 +291,11 @@ void int_chunk(
                         }
                         {
                             uint _e55 = h;
-                            uint b_3 = w_3 >> (8u * _e55);
-                            metal::uint4 c_1 = metal::uint4(b_3, b_3 >> 2u, b_3 >> 4u, b_3 >> 6u) & metal::uint4(3u);
+                            uint b_3 = w_8 >> (8u * _e55);
+                            metal::uint4 c_3 = metal::uint4(b_3, b_3 >> 2u, b_3 >> 4u, b_3 >> 6u) & metal::uint4(3u);
                             uint _e69 = k_4;
                             uint _e73 = h;
-                            metal::float4 _e76 = u2f(c_1);
+                            metal::float4 _e76 = u2f(c_3);
                             tdot((i0_ + (16u * _e69)) + (4u * _e73), _e76 - metal::float4(2.0), xv, p, t, _buffer_sizes);
                         }
                     }
@@ -310,7 +310,7 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial(
+void partial_s(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -327,8 +327,8 @@ void partial(
     type_11 v_4 = {};
     uint r_3 = {};
     uint r_4 = {};
-    uint rb = p.row_bytes;
-    uint nch = naga_div(rb + 15u, 16u);
+    uint rb_1 = p.row_bytes;
+    uint nch = naga_div(rb_1 + 15u, 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
@@ -383,13 +383,13 @@ void partial(
                 }
                 {
                     uint _e44 = r_3;
-                    uint base = (row0_ + _e44) * rb;
+                    uint base = (row0_ + _e44) * rb_1;
                     uint _e47 = r_3;
                     uint _e51 = p.o;
                     if ((row0_ + _e47) < _e51) {
                         uint _e53 = r_3;
                         uint _e56 = c;
-                        metal::uint4 _e60 = load16_(base + (16u * _e56), base + rb, wq, _buffer_sizes);
+                        metal::uint4 _e60 = load16_(base + (16u * _e56), base + rb_1, wq, _buffer_sizes);
                         v_4.inner[metal::min(unsigned(_e53), 3u)] = _e60;
                     }
                 }
@@ -427,6 +427,247 @@ void partial(
     }
     return;
 }
+
+metal::uint4 rowc(
+    uint row,
+    uint c_1,
+    uint rb,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if ((rb & 15u) == 0u) {
+        metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c_1), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        return _e13;
+    }
+    uint base_1 = row * rb;
+    metal::uint4 _e19 = load16_(base_1 + (16u * c_1), base_1 + rb, wq, _buffer_sizes);
+    return _e19;
+}
+
+metal::float4 i8v(
+    uint w_3
+) {
+    metal::uint4 b_4 = (metal::uint4(w_3 ^ 2155905152u) >> metal::uint4(0u, 8u, 16u, 24u)) & metal::uint4(255u);
+    return as_type<metal::float4>(b_4 | metal::uint4(1258291200u)) - metal::float4(8388736.0);
+}
+
+metal::float4 fnib(
+    uint w_4
+) {
+    metal::uint4 sh = metal::uint4(19u, 15u, 11u, 7u);
+    if (false) {
+        sh = metal::uint4(15u, 19u, 7u, 11u);
+    }
+    metal::uint4 _e17 = sh;
+    return as_type<metal::float4>(((metal::uint4(w_4) << _e17) & metal::uint4(7864320u)) | metal::uint4(1065353216u)) - metal::float4(1.5);
+}
+
+float fdot8_(
+    uint w_5,
+    metal::float4 xa,
+    metal::float4 xb
+) {
+    metal::float4 _e3 = fnib(w_5);
+    metal::float4 _e7 = fnib(w_5 >> 16u);
+    return metal::dot(_e3, xa) + metal::dot(_e7, xb);
+}
+
+metal::float4 fdot8x4_(
+    metal::uint4 w_6,
+    metal::float4 xa_1,
+    metal::float4 xb_1
+) {
+    float _e4 = fdot8_(w_6.x, xa_1, xb_1);
+    float _e6 = fdot8_(w_6.y, xa_1, xb_1);
+    float _e8 = fdot8_(w_6.z, xa_1, xb_1);
+    float _e10 = fdot8_(w_6.w, xa_1, xb_1);
+    return metal::float4(_e4, _e6, _e8, _e10);
+}
+
+metal::float4 i8dotx4_(
+    metal::uint4 w_7,
+    metal::float4 xk
+) {
+    metal::float4 _e3 = i8v(w_7.x);
+    metal::float4 _e6 = i8v(w_7.y);
+    metal::float4 _e9 = i8v(w_7.z);
+    metal::float4 _e12 = i8v(w_7.w);
+    return metal::float4(metal::dot(_e3, xk), metal::dot(_e6, xk), metal::dot(_e9, xk), metal::dot(_e12, xk));
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a = metal::float4(0.0);
+    uint c_2 = {};
+    metal::uint4 v1_ = {};
+    metal::uint4 v2_ = {};
+    metal::uint4 v3_ = {};
+    metal::float4 f = {};
+    uint rb_2 = p.row_bytes;
+    uint nch_1 = naga_div(rb_2 + 15u, 16u);
+    uint _e11 = p.o;
+    uint last = _e11 - 1u;
+    uint r1_ = metal::min(row0_1 + 1u, last);
+    uint r2_ = metal::min(row0_1 + 2u, last);
+    uint r3_ = metal::min(row0_1 + 3u, last);
+    c_2 = lid_2;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e216 = c_2;
+            c_2 = _e216 + WG;
+        }
+        loop_init_8 = false;
+        uint _e27 = c_2;
+        if (_e27 < nch_1) {
+        } else {
+            break;
+        }
+        {
+            uint _e29 = c_2;
+            metal::uint4 _e30 = rowc(row0_1, _e29, rb_2, wq, _buffer_sizes);
+            v1_ = metal::uint4(0u);
+            v2_ = metal::uint4(0u);
+            v3_ = metal::uint4(0u);
+            if (true) {
+                uint _e44 = c_2;
+                metal::uint4 _e45 = rowc(r1_, _e44, rb_2, wq, _buffer_sizes);
+                v1_ = _e45;
+            }
+            if (true) {
+                uint _e50 = c_2;
+                metal::uint4 _e51 = rowc(r2_, _e50, rb_2, wq, _buffer_sizes);
+                v2_ = _e51;
+            }
+            if (true) {
+                uint _e56 = c_2;
+                metal::uint4 _e57 = rowc(r3_, _e56, rb_2, wq, _buffer_sizes);
+                v3_ = _e57;
+            }
+            if (true) {
+                uint _e63 = c_2;
+                uint xi = 4u * _e63;
+                metal::float4 _e65 = a;
+                uint _e68 = v1_.x;
+                uint _e70 = v2_.x;
+                uint _e72 = v3_.x;
+                metal::float4 _e76 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e77 = i8dotx4_(metal::uint4(_e30.x, _e68, _e70, _e72), _e76);
+                a = _e65 + _e77;
+                metal::float4 _e79 = a;
+                uint _e82 = v1_.y;
+                uint _e84 = v2_.y;
+                uint _e86 = v3_.y;
+                metal::float4 _e92 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e93 = i8dotx4_(metal::uint4(_e30.y, _e82, _e84, _e86), _e92);
+                a = _e79 + _e93;
+                metal::float4 _e95 = a;
+                uint _e98 = v1_.z;
+                uint _e100 = v2_.z;
+                uint _e102 = v3_.z;
+                metal::float4 _e108 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e109 = i8dotx4_(metal::uint4(_e30.z, _e98, _e100, _e102), _e108);
+                a = _e95 + _e109;
+                metal::float4 _e111 = a;
+                uint _e114 = v1_.w;
+                uint _e116 = v2_.w;
+                uint _e118 = v3_.w;
+                metal::float4 _e124 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e125 = i8dotx4_(metal::uint4(_e30.w, _e114, _e116, _e118), _e124);
+                a = _e111 + _e125;
+            } else {
+                uint _e128 = c_2;
+                uint xi_1 = 8u * _e128;
+                metal::float4 x0_ = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x1_ = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x2_ = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x3_ = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x4_1 = xv[metal::min(unsigned(xi_1 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x5_ = xv[metal::min(unsigned(xi_1 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x6_ = xv[metal::min(unsigned(xi_1 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 x7_ = xv[metal::min(unsigned(xi_1 + 7u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                uint _e170 = v1_.x;
+                uint _e172 = v2_.x;
+                uint _e174 = v3_.x;
+                metal::float4 _e176 = fdot8x4_(metal::uint4(_e30.x, _e170, _e172, _e174), x0_, x1_);
+                f = _e176;
+                metal::float4 _e178 = f;
+                uint _e181 = v1_.y;
+                uint _e183 = v2_.y;
+                uint _e185 = v3_.y;
+                metal::float4 _e187 = fdot8x4_(metal::uint4(_e30.y, _e181, _e183, _e185), x2_, x3_);
+                f = _e178 + _e187;
+                metal::float4 _e189 = f;
+                uint _e192 = v1_.z;
+                uint _e194 = v2_.z;
+                uint _e196 = v3_.z;
+                metal::float4 _e198 = fdot8x4_(metal::uint4(_e30.z, _e192, _e194, _e196), x4_1, x5_);
+                f = _e189 + _e198;
+                metal::float4 _e200 = f;
+                uint _e203 = v1_.w;
+                uint _e205 = v2_.w;
+                uint _e207 = v3_.w;
+                metal::float4 _e209 = fdot8x4_(metal::uint4(_e30.w, _e203, _e205, _e207), x6_, x7_);
+                f = _e200 + _e209;
+                metal::float4 _e211 = a;
+                metal::float4 _e212 = f;
+                a = _e211 + (16.0 * _e212);
+            }
+        }
+    }
+    float _e219 = scale_f32_(row0_1, sc, _buffer_sizes);
+    float _e220 = scaled(_e219);
+    float _e221 = scale_f32_(r1_, sc, _buffer_sizes);
+    float _e222 = scaled(_e221);
+    float _e223 = scale_f32_(r2_, sc, _buffer_sizes);
+    float _e224 = scaled(_e223);
+    float _e225 = scale_f32_(r3_, sc, _buffer_sizes);
+    float _e226 = scaled(_e225);
+    metal::float4 d_3 = metal::float4(_e220, _e222, _e224, _e226);
+    if (true) {
+        metal::float4 _e232 = a;
+        return _e232 * d_3;
+    }
+    metal::float4 _e234 = a;
+    return _e234 * d_3;
+}
+
+void partial(
+    uint row0_2,
+    uint lid_3,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    thread type_8& acc,
+    thread type_8& t,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    bool local_1 = {};
+    if (true) {
+        local_1 = true;
+    } else {
+        local_1 = false;
+    }
+    bool _e13 = local_1;
+    if (_e13) {
+        metal::float4 _e14 = partial1_(row0_2, lid_3, wq, sc, xv, p, _buffer_sizes);
+        acc.inner[0] = _e14.x;
+        acc.inner[1] = _e14.y;
+        acc.inner[2] = _e14.z;
+        acc.inner[3] = _e14.w;
+        return;
+    }
+    partial_s(row0_2, lid_3, wq, sc, xv, p, acc, t, _buffer_sizes);
+    return;
+}
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
@@ -460,18 +701,18 @@ struct main_Input {
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_1 >= _e15) {
+    if (row0_3 >= _e15) {
         return;
     }
-    bool loop_init_8 = true;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_8) {
+        if (!loop_init_9) {
             uint _e35 = k;
             k = _e35 + 1u;
         }
-        loop_init_8 = false;
+        loop_init_9 = false;
         uint _e19 = k;
         if (_e19 < 16u) {
         } else {
@@ -486,14 +727,14 @@ struct main_Input {
             u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
         }
     }
-    partial(row0_1, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_9 = true;
+    partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+    bool loop_init_10 = true;
     while(true) {
-        if (!loop_init_9) {
+        if (!loop_init_10) {
             uint _e60 = k_1;
             k_1 = _e60 + 1u;
         }
-        loop_init_9 = false;
+        loop_init_10 = false;
         uint _e44 = k_1;
         if (_e44 < 4u) {
         } else {
@@ -511,13 +752,13 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e79 = m;
                 m = _e79 + 1u;
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e67 = m;
             if (_e67 < nsg) {
             } else {
@@ -530,12 +771,12 @@ struct main_Input {
                 v = _e69 + _e76;
             }
         }
-        uint row = row0_1 + naga_div(lid, S);
+        uint row_1 = row0_3 + naga_div(lid, S);
         uint _e86 = p.o;
-        if (row < _e86) {
+        if (row_1 < _e86) {
             uint _e93 = p.o;
             float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
             return;
         } else {
             return;

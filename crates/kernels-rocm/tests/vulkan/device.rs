@@ -1,7 +1,10 @@
 //! The Vulkan plumbing on whatever adapter is here (lavapipe locally): objects made once
-//! and reused, the wave size recorded, refusals typed, and no panic without a driver.
+//! and reused, the wave size recorded, refusals typed, no panic without a driver, and one
+//! Vulkan instance per process however many backends come and go.
 
-use kernels_rocm::{Options, VulkanBackend, VulkanConformance, VulkanError, WaveSource};
+use kernels_rocm::{
+    Options, VulkanBackend, VulkanConformance, VulkanError, WaveSource, instances_created,
+};
 use quant_core::capability::{Backend, BackendError};
 use quant_core::testdata::{Rng, activations, weights};
 use quant_core::{EncodeOptions, Format, encode};
@@ -165,4 +168,84 @@ fn no_icd_is_unavailable_not_a_panic() {
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "child failed:\n{text}");
     assert!(text.contains("child probe: Err(Unavailable"), "{text}");
+}
+
+/// The first NVIDIA run loaded libvulkan, created an instance and destroyed both for every
+/// backend; after about 30 of those cycles NVIDIA's ICD refused `vkCreateInstance` for the
+/// rest of the process, and every later test failed as "unavailable" (docs/VULKAN.md).
+/// Now the process keeps one instance: many backends opened and dropped one after another
+/// each compute, and the instance count stays 1. Conformance adapters with equal options
+/// share one device.
+#[test]
+fn many_backends_one_after_another_share_one_instance() {
+    let Some(first) = backend() else { return };
+    let mut rng = Rng::new(21);
+    let (rows, cols) = (9, 64);
+    let t = encode(
+        Format::Int8Row,
+        rows,
+        cols,
+        &weights(&mut rng, rows, cols),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    let x = activations(&mut rng, 1, cols);
+    let w = first.upload(&t.view()).unwrap();
+    let want = first.gemv(&w, &x, 1).unwrap();
+    drop(w);
+    drop(first);
+    // More cycles than the ~30 NVIDIA survived.
+    for k in 0..48 {
+        let b = VulkanBackend::new().unwrap_or_else(|e| panic!("backend {k}: {e}"));
+        let w = b.upload(&t.view()).unwrap();
+        assert_eq!(b.gemv(&w, &x, 1).unwrap(), want, "backend {k}");
+    }
+    assert_eq!(instances_created(), 1, "one VkInstance per process");
+    let (a, b) = (VulkanConformance::new(), VulkanConformance::new());
+    let (da, db) = (a.backend().unwrap(), b.backend().unwrap());
+    assert!(
+        da.context().same_device(db.context()),
+        "conformance adapters with equal options share one device"
+    );
+}
+
+/// An fp8 NaN code (0x7F / 0xFF) poisons its whole row, as in the oracle, on the S = 1
+/// path (which decodes ordinary words without looking for NaN bytes one by one) and the
+/// general one; the other rows stay finite.
+#[test]
+fn an_fp8_nan_code_poisons_its_row() {
+    let Some(b) = backend() else { return };
+    let mut rng = Rng::new(7);
+    let (rows, cols) = (6, 256);
+    let t = encode(
+        Format::Fp8E4m3B128,
+        rows,
+        cols,
+        &weights(&mut rng, rows, cols),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    let mut w = t.weights.clone();
+    w[cols + 37] = 0x7F; // row 1
+    w[4 * cols + 200] = 0xFF; // row 4
+    let bad = quant_core::EncodedTensor::from_parts(
+        t.format,
+        rows,
+        cols,
+        w,
+        t.scales.clone(),
+        Some(t.rotation_seed),
+    )
+    .unwrap();
+    let d = b.upload(&bad.view()).unwrap();
+    for s in [1usize, 2] {
+        let x = activations(&mut rng, s, cols);
+        let y = b.gemv(&d, &x, s).unwrap();
+        for k in 0..s {
+            for r in 0..rows {
+                let v = y[k * rows + r];
+                assert_eq!(v.is_nan(), r == 1 || r == 4, "S={s} batch {k} row {r}: {v}");
+            }
+        }
+    }
 }
