@@ -10,7 +10,7 @@
 //! beside the timestamps. The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
 //! weights are never in the L2.
 //!
-//! Usage: bench_gemv [--quick] [--no-sweep] [--formats a,b] [--batches 1,16]
+//! Usage: bench_gemv [--quick] [--no-sweep] [--warm-ms 300] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--rotate-mb 512] [--copy-mb 1024]
 //!                   [--record FILE]
 //! Adapter: TESSERA_WGPU_ADAPTER=<name substring>. Prints markdown tables on stdout (the
@@ -56,11 +56,16 @@ struct Opts {
     copy_bytes: u64,
     /// Where to write the perf record (xtask's schema), if anywhere.
     record: Option<String>,
+    /// Sustained dispatches of the kernel under test before it is timed (default 300 ms):
+    /// the H200 starts a fresh process at low SM clocks, and without this the first
+    /// formats timed ran up to 5x slow (issue #5's int4-row "regression").
+    warm: std::time::Duration,
 }
 
 fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 50,
+        warm: std::time::Duration::from_millis(300),
         sweep: true,
         formats: FORMATS.to_vec(),
         batches: vec![1, 16],
@@ -75,6 +80,13 @@ fn parse_args() -> Result<Opts, String> {
         match a.as_str() {
             "--quick" => o.reps = 10,
             "--no-sweep" => o.sweep = false,
+            "--warm-ms" => {
+                let v = value()?;
+                let ms = v
+                    .parse::<u64>()
+                    .map_err(|e| format!("--warm-ms {v}: {e}"))?;
+                o.warm = std::time::Duration::from_millis(ms);
+            }
             "--rotate-mb" => {
                 let v = value()?;
                 o.rotate_bytes = v.parse::<u64>().map_err(|e| format!("{v}: {e}"))? << 20;
@@ -424,8 +436,9 @@ fn time_gemv(
     y: &wgpu::Buffer,
     s: usize,
     rows: u32,
-    reps: usize,
+    opts: &Opts,
 ) -> Timing {
+    let (reps, warm) = (opts.reps, opts.warm);
     let run = |enc: &mut wgpu::CommandEncoder, k: usize, stamps: Option<(&wgpu::QuerySet, u32)>| {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("gemv"),
@@ -446,6 +459,16 @@ fn time_gemv(
     }
     b.queue().submit([enc.finish()]);
     wait(b);
+    // Sustained load until the clocks have ramped (see Opts::warm).
+    let t_warm = Instant::now();
+    while t_warm.elapsed() < warm {
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        for k in 0..reps.max(20) {
+            run(&mut enc, k, None);
+        }
+        b.queue().submit([enc.finish()]);
+        wait(b);
+    }
     // Queued: many dispatches, one submission.
     let mut enc = b.device().create_command_encoder(&Default::default());
     for k in 0..reps {
@@ -615,7 +638,7 @@ fn main() {
                         );
                     }
                     for rows_wg in rows_list {
-                        let timing = time_gemv(dev, &ws, &xb, &yb, s, rows_wg, opts.reps);
+                        let timing = time_gemv(dev, &ws, &xb, &yb, s, rows_wg, &opts);
                         // Spot check of this variant: the first 128 rows against the oracle.
                         let check = head(&t).map_or(f64::NAN, |h| {
                             let got = read_f32(dev, &yb);

@@ -14,7 +14,7 @@
 //! output rows of each (format, S) are checked against the f64 oracle.
 //!
 //! Usage: bench_gemv [--quick] [--reps N] [--formats a,b] [--batches 1,16]
-//!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N]
+//!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N] [--warm-ms 300]
 //! Prints a markdown table; with $OUT set also writes $OUT/bench_gemv_vulkan.json. Without
 //! a Vulkan device it prints "skipped: ..." and exits 0.
 
@@ -39,6 +39,10 @@ struct Opts {
     shapes: Vec<(usize, usize)>,
     copy_mb: u64,
     rotate_mb: usize,
+    /// Sustained timing runs of the kernel under test, discarded, before it is timed
+    /// (default 300 ms): the H200 starts a fresh process at low SM clocks, and without this
+    /// the first formats timed ran up to 5x slow.
+    warm_ms: u64,
 }
 
 fn list<T>(v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -53,12 +57,14 @@ fn parse_args() -> Result<Opts, String> {
         shapes: vec![(6144, 16384)],
         copy_mb: 1024,
         rotate_mb: 512,
+        warm_ms: 300,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
         let num = |s: &str| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
         match a.as_str() {
+            "--warm-ms" => o.warm_ms = num(&value()?)? as u64,
             "--quick" => {
                 o.reps = 8;
                 o.copy_mb = 256;
@@ -203,6 +209,11 @@ fn main() {
                 let x = activations(&mut rng, s, cols);
                 let last = refs.last().copied().unwrap_or_else(|| fail("no copies"));
                 let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
+                let t_warm = std::time::Instant::now();
+                while t_warm.elapsed().as_millis() < u128::from(opts.warm_ms) {
+                    b.time_gemv(&refs, &x, s, opts.reps.max(20))
+                        .unwrap_or_else(|e| fail(e));
+                }
                 let secs = median(
                     b.time_gemv(&refs, &x, s, opts.reps)
                         .unwrap_or_else(|e| fail(e)),
