@@ -64,6 +64,7 @@
 //! returns [`KernelPath::Exact`] so the caller can tell.
 
 mod ggml;
+mod kzmm;
 mod tessera;
 #[cfg(test)]
 mod tests;
@@ -347,7 +348,7 @@ pub(crate) fn int8_kernel_for(format: Format) -> Option<&'static dyn Int8Kernel>
         Format::Mq4cG256 => Some(&tessera::MQ4C),
         Format::Q8_0 => Some(&ggml::Q8_0),
         Format::Q4_0 => Some(&ggml::Q4_0),
-        Format::Q4K | Format::Mq4K => Some(&ggml::Q4_K),
+        Format::Q4K | Format::Mq4K => Some(&kzmm::Q4_K),
         Format::Q5K => Some(&ggml::Q5_K),
         Format::Q6K => Some(&ggml::Q6_K),
         Format::F32
