@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 fn main() {
     println!("cargo:rerun-if-changed=build/shaders.rs");
     println!("cargo:rerun-if-changed=../../shaders/wgsl");
-    for f in kernels_metal::kernels::SHADER_FILES {
+    for f in kernels_metal::kernels::SOURCE_FILES {
         println!("cargo:rerun-if-changed=../../shaders/wgsl/{f}");
     }
     let mut specs = shaders::specialisations(shaders::vulkan_batches());

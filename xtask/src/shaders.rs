@@ -1,8 +1,9 @@
 //! `cargo xtask shaders [--check]`: compiles every WGSL kernel with naga the way the GPU
 //! tiers do, and keeps the generated snapshots in `shaders/generated/` current.
 //!
-//! For every file of `shaders/wgsl/` (which must be exactly `kernels_metal::kernels::
-//! SHADER_FILES`): parse, validate with the capabilities its name allows (immediates;
+//! For every kernel of `kernels_metal::kernels::SHADER_FILES` (each composed of files of
+//! `shaders/wgsl/`, which must be exactly `SOURCE_FILES`: prelude + family + tail): parse,
+//! validate with the capabilities its name allows (immediates;
 //! plus subgroups for `.subgroup.wgsl`, which must also fail without them), check the
 //! contract's interface (4 storage buffers, 32-byte immediates). Then, for every pipeline
 //! the format table asks of the Vulkan tier (each format's constants x S = 1..=16 x both
@@ -62,15 +63,17 @@ fn formats_text(sp: &Specialisation) -> String {
 fn generate(root: &Path) -> Result<BTreeMap<PathBuf, String>, Vec<String>> {
     let mut errors = Vec::new();
     let files = kernels_metal::kernels::SHADER_FILES;
-    // The directory and the table must list the same files.
+    // The directory and the table of parts must list the same files.
     let dir = root.join("shaders/wgsl");
     match std::fs::read_dir(&dir) {
         Ok(entries) => {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".wgsl") && !files.contains(&name.as_str()) {
+                if name.ends_with(".wgsl")
+                    && !kernels_metal::kernels::SOURCE_FILES.contains(&name.as_str())
+                {
                     errors.push(format!(
-                        "shaders/wgsl/{name}: not in kernels_metal::kernels::SHADER_FILES (no format uses it)"
+                        "shaders/wgsl/{name}: not in kernels_metal::kernels::SOURCE_FILES (no kernel uses it)"
                     ));
                 }
             }
@@ -79,15 +82,20 @@ fn generate(root: &Path) -> Result<BTreeMap<PathBuf, String>, Vec<String>> {
     }
     let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
     for &file in files {
-        // The embedded copy must be the file on disk (it is, unless kernels-metal is stale).
-        match (
-            std::fs::read_to_string(dir.join(file)),
-            naga_shaders::text(file),
-        ) {
+        // The embedded copy must be its parts as they are on disk (it is, unless
+        // kernels-metal is stale).
+        let parts = kernels_metal::kernels::shader_parts(file).unwrap_or_default();
+        let disk: Result<String, String> = parts.iter().try_fold(String::new(), |acc, p| {
+            std::fs::read_to_string(dir.join(p))
+                .map(|t| acc + &t)
+                .map_err(|e| format!("shaders/wgsl/{p}: {e}"))
+        });
+        match (disk, naga_shaders::text(file)) {
             (Ok(disk), Ok(embedded)) if disk != embedded => errors.push(format!(
-                "shaders/wgsl/{file}: differs from the copy compiled into kernels-metal (rebuild)"
+                "shaders/wgsl/{}: kernel {file} differs from the copy compiled into kernels-metal (rebuild)",
+                parts.join(" + ")
             )),
-            (Err(e), _) => errors.push(format!("shaders/wgsl/{file}: {e}")),
+            (Err(e), _) => errors.push(e),
             _ => {}
         }
         match naga_shaders::load(file) {
@@ -256,13 +264,13 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
             ));
         }
         println!(
-            "shaders: {} WGSL files valid, {modules} SPIR-V modules, {} snapshots current",
+            "shaders: {} WGSL kernels valid, {modules} SPIR-V modules, {} snapshots current",
             kernels_metal::kernels::SHADER_FILES.len(),
             generated.len() - 1
         );
     } else {
         println!(
-            "shaders: {} WGSL files valid, {modules} SPIR-V modules; {written} file(s) written or removed under shaders/generated/",
+            "shaders: {} WGSL kernels valid, {modules} SPIR-V modules; {written} file(s) written or removed under shaders/generated/",
             kernels_metal::kernels::SHADER_FILES.len()
         );
     }

@@ -64,37 +64,88 @@ pub const SHADER_FILES: &[&str] = &[
     "gemv_ggml_k.subgroup.wgsl",
 ];
 
-/// The WGSL source of `file` (a name from [`SHADER_FILES`]), compiled into the crate.
+/// The files under `shaders/wgsl/` that kernels are composed of: the prelude every kernel
+/// starts with (interface and helpers), one file per family, and the two tails (the
+/// workgroup reduction with shared memory or with subgroup operations). A kernel of
+/// [`SHADER_FILES`] is `prelude + family + tail` ([`shader_parts`]), so what every family
+/// shares is written once.
+pub const SOURCE_FILES: &[&str] = &[
+    PRELUDE_FILE,
+    TAIL_SHARED_MEMORY_FILE,
+    TAIL_SUBGROUP_FILE,
+    "gemv_float.wgsl",
+    "gemv_int_row.wgsl",
+    "gemv_int_group.wgsl",
+    "gemv_int3.wgsl",
+    "gemv_e8.wgsl",
+    "gemv_fp8.wgsl",
+    "gemv_mxfp4.wgsl",
+    "gemv_affine256.wgsl",
+    "gemv_ggml_q.wgsl",
+    "gemv_ggml_k.wgsl",
+];
+/// The interface and helpers at the top of every kernel.
+pub const PRELUDE_FILE: &str = "prelude.wgsl";
+/// The entry point and shared-memory reduction of the plain `gemv_*.wgsl` kernels.
+pub const TAIL_SHARED_MEMORY_FILE: &str = "tail.shared-memory.wgsl";
+/// The entry point and subgroup reduction of the `gemv_*.subgroup.wgsl` kernels.
+pub const TAIL_SUBGROUP_FILE: &str = "tail.subgroup.wgsl";
+
+/// The source files (names in [`SOURCE_FILES`]) that kernel `file` (a name from
+/// [`SHADER_FILES`]) is composed of, in order: prelude, family, tail.
+pub fn shader_parts(file: &str) -> Option<[&'static str; 3]> {
+    let &name = SHADER_FILES.iter().find(|&&f| f == file)?;
+    match name.strip_suffix(".subgroup.wgsl") {
+        Some(stem) => {
+            let family = SOURCE_FILES
+                .iter()
+                .find(|f| f.strip_suffix(".wgsl") == Some(stem))?;
+            Some([PRELUDE_FILE, family, TAIL_SUBGROUP_FILE])
+        }
+        None => Some([PRELUDE_FILE, name, TAIL_SHARED_MEMORY_FILE]),
+    }
+}
+
+/// The WGSL source of kernel `file` (a name from [`SHADER_FILES`]), composed at compile
+/// time from its [`shader_parts`] and compiled into the crate.
 pub fn shader_source(file: &str) -> Option<&'static str> {
-    macro_rules! sources {
-        ($($name:literal),* $(,)?) => {
-            match file {
-                $($name => Some(include_str!(concat!("../../../shaders/wgsl/", $name))),)*
-                _ => None,
-            }
+    macro_rules! wgsl {
+        ($($name:tt)+) => {
+            include_str!(concat!("../../../shaders/wgsl/", $($name)+))
         };
     }
+    macro_rules! sources {
+        ($($stem:literal),* $(,)?) => {{
+            $(
+                if file == concat!($stem, ".wgsl") {
+                    return Some(concat!(
+                        wgsl!("prelude.wgsl"),
+                        wgsl!($stem, ".wgsl"),
+                        wgsl!("tail.shared-memory.wgsl")
+                    ));
+                }
+                if file == concat!($stem, ".subgroup.wgsl") {
+                    return Some(concat!(
+                        wgsl!("prelude.wgsl"),
+                        wgsl!($stem, ".wgsl"),
+                        wgsl!("tail.subgroup.wgsl")
+                    ));
+                }
+            )*
+            None
+        }};
+    }
     sources!(
-        "gemv_float.wgsl",
-        "gemv_float.subgroup.wgsl",
-        "gemv_int_row.wgsl",
-        "gemv_int_row.subgroup.wgsl",
-        "gemv_int_group.wgsl",
-        "gemv_int_group.subgroup.wgsl",
-        "gemv_int3.wgsl",
-        "gemv_int3.subgroup.wgsl",
-        "gemv_e8.wgsl",
-        "gemv_e8.subgroup.wgsl",
-        "gemv_fp8.wgsl",
-        "gemv_fp8.subgroup.wgsl",
-        "gemv_mxfp4.wgsl",
-        "gemv_mxfp4.subgroup.wgsl",
-        "gemv_affine256.wgsl",
-        "gemv_affine256.subgroup.wgsl",
-        "gemv_ggml_q.wgsl",
-        "gemv_ggml_q.subgroup.wgsl",
-        "gemv_ggml_k.wgsl",
-        "gemv_ggml_k.subgroup.wgsl",
+        "gemv_float",
+        "gemv_int_row",
+        "gemv_int_group",
+        "gemv_int3",
+        "gemv_e8",
+        "gemv_fp8",
+        "gemv_mxfp4",
+        "gemv_affine256",
+        "gemv_ggml_q",
+        "gemv_ggml_k",
     )
 }
 
@@ -379,8 +430,11 @@ mod tests {
         }
         for file in SHADER_FILES {
             assert!(shader_source(file).is_some(), "{file}");
+            let parts = shader_parts(file).unwrap_or_else(|| panic!("{file}: no parts"));
+            assert!(parts.iter().all(|p| SOURCE_FILES.contains(p)), "{file}");
         }
         assert_eq!(shader_source("nope.wgsl"), None);
+        assert_eq!(shader_parts("prelude.wgsl"), None, "a part is not a kernel");
     }
 
     #[test]

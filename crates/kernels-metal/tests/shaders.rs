@@ -1,9 +1,12 @@
 //! The WGSL files without a device: every file parses and validates with naga (the plain
 //! files with immediates only, the `.subgroup.wgsl` files with subgroups too), every
-//! pipeline of the table specialises (overrides processed) for S = 1..=16, and the two
-//! variants of a family differ only in their tail, with one prelude shared by all files
+//! pipeline of the table specialises (overrides processed) for S = 1..=16, and every kernel
+//! is composed of the one prelude, its family file and one of the two tails
 //! (docs/WGPU.md, /work/briefs/shader-contract.md).
-use kernels_metal::kernels::{SHADER_FILES, kernel_for, shader_source};
+use kernels_metal::kernels::{
+    PRELUDE_FILE, SHADER_FILES, SOURCE_FILES, TAIL_SHARED_MEMORY_FILE, TAIL_SUBGROUP_FILE,
+    kernel_for, shader_parts, shader_source,
+};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use quant_core::Format;
 
@@ -49,42 +52,46 @@ fn every_file_validates_with_only_the_capabilities_it_claims() {
 }
 
 #[test]
-fn a_subgroup_file_is_its_plain_file_with_the_other_tail() {
-    let split = |file: &str| -> (&'static str, &'static str) {
-        let src = source(file);
-        let at = src
-            .find(TAIL)
-            .unwrap_or_else(|| panic!("{file}: no `{TAIL}` marker"));
-        src.split_at(at)
+fn every_kernel_is_the_prelude_its_family_and_its_tail() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shaders/wgsl");
+    let disk = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     };
-    let (_, plain_tail) = split(SHADER_FILES[0]);
-    let (_, sg_tail) = split(SHADER_FILES[1]);
-    let prelude = |file: &str| -> &'static str {
-        let src = source(file);
-        let (a, b) = (src.find(PRELUDE), src.find(FAMILY));
-        match (a, b) {
-            (Some(a), Some(b)) if a < b => &src[a..b],
-            _ => panic!("{file}: no prelude markers"),
+    // Every file on disk is a part, and every part is on disk.
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wgsl"))
+        .collect();
+    on_disk.sort();
+    let mut parts: Vec<String> = SOURCE_FILES.iter().map(|s| s.to_string()).collect();
+    parts.sort();
+    assert_eq!(on_disk, parts, "shaders/wgsl/ and SOURCE_FILES");
+    assert!(disk(PRELUDE_FILE).starts_with(PRELUDE));
+    assert!(disk(TAIL_SHARED_MEMORY_FILE).starts_with(TAIL));
+    assert!(disk(TAIL_SUBGROUP_FILE).starts_with(TAIL));
+    for file in SHADER_FILES {
+        let [prelude, family, tail] = shader_parts(file).unwrap();
+        // A family file holds only its own code: no second copy of a shared part.
+        let fam = disk(family);
+        assert!(fam.contains(FAMILY), "{family}: no `{FAMILY}` marker");
+        for marker in [PRELUDE, TAIL] {
+            assert!(
+                !fam.contains(marker),
+                "{family} repeats a shared part ({marker})"
+            );
         }
-    };
-    let first_prelude = prelude(SHADER_FILES[0]);
-    for pair in SHADER_FILES.chunks(2) {
-        let (plain, sg) = (pair[0], pair[1]);
-        assert_eq!(
-            sg,
-            plain.replace(".wgsl", ".subgroup.wgsl"),
-            "SHADER_FILES pairs"
-        );
-        let (pb, pt) = split(plain);
-        let (sb, st) = split(sg);
-        assert_eq!(pb, sb, "{sg} must equal {plain} up to the tail marker");
-        assert_eq!(pt, plain_tail, "{plain}: its tail differs from the others'");
-        assert_eq!(st, sg_tail, "{sg}: its tail differs from the others'");
-        assert_eq!(
-            prelude(plain),
-            first_prelude,
-            "{plain}: the prelude differs from {}'s",
-            SHADER_FILES[0]
+        let want = if file.ends_with(".subgroup.wgsl") {
+            TAIL_SUBGROUP_FILE
+        } else {
+            TAIL_SHARED_MEMORY_FILE
+        };
+        assert_eq!((prelude, tail), (PRELUDE_FILE, want), "{file}");
+        // The embedded kernel is the parts as they are on disk (a stale build fails here).
+        let composed = disk(prelude) + &fam + &disk(tail);
+        assert!(
+            source(file) == composed,
+            "{file}: embedded copy differs from its parts"
         );
     }
 }

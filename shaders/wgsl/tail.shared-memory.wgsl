@@ -1,0 +1,52 @@
+// ---- tail: entry point and reduction across the workgroup (shared-memory variant) ---------
+// shaders/wgsl/tail.shared-memory.wgsl: composed after every family file for the plain
+// `gemv_*.wgsl` kernels; tail.subgroup.wgsl is the subgroup variant.
+
+// 16 partials of each of the 128 invocations.
+var<workgroup> red: array<f32, 2048>;
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row0 = (wid.x + wid.y * nwg.x) * ROWS;
+    // Uniform across the workgroup: a workgroup past O does nothing.
+    if (row0 >= p.o) {
+        return;
+    }
+    for (var k = 0u; k < 16u; k++) {
+        acc[k] = 0.0;
+        t[k] = 0.0;
+        u[k] = 0.0;
+    }
+    partial(row0, lid);
+    let n = ROWS * S;
+    for (var k = 0u; k < n; k++) {
+        red[k * WG + lid] = acc[k];
+    }
+    workgroupBarrier();
+    // Invocation lid sums 16 of value lid / 8's 128 partials ...
+    let kk = lid >> 3u;
+    var part = 0.0;
+    if (kk < n) {
+        for (var m = 0u; m < 16u; m++) {
+            part += red[kk * WG + (lid & 7u) * 16u + m];
+        }
+    }
+    workgroupBarrier();
+    red[lid] = part;
+    workgroupBarrier();
+    // ... and invocation k < n adds value k's 8 sums and stores it.
+    if (lid < n) {
+        var v = 0.0;
+        for (var m = 0u; m < 8u; m++) {
+            v += red[lid * 8u + m];
+        }
+        let row = row0 + lid / S;
+        if (row < p.o) {
+            y[(lid % S) * p.o + row] = v;
+        }
+    }
+}

@@ -1,0 +1,47 @@
+// ---- tail: entry point and reduction across the workgroup (subgroup variant) --------------
+// Needs subgroup arithmetic (wgpu Features::SUBGROUP) and at most 32 subgroups a workgroup
+// (a subgroup size of at least 4). shaders/wgsl/tail.subgroup.wgsl: composed after every
+// family file for the `gemv_*.subgroup.wgsl` kernels.
+
+// 16 partials of each of up to 32 subgroups.
+var<workgroup> red: array<f32, 512>;
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_invocation_id) sgi: u32,
+    @builtin(subgroup_id) sgid: u32,
+    @builtin(num_subgroups) nsg: u32,
+) {
+    let row0 = (wid.x + wid.y * nwg.x) * ROWS;
+    // Uniform across the workgroup: a workgroup past O does nothing.
+    if (row0 >= p.o) {
+        return;
+    }
+    for (var k = 0u; k < 16u; k++) {
+        acc[k] = 0.0;
+        t[k] = 0.0;
+        u[k] = 0.0;
+    }
+    partial(row0, lid);
+    let n = ROWS * S;
+    for (var k = 0u; k < n; k++) {
+        let v = subgroupAdd(acc[k]);
+        if (sgi == 0u) {
+            red[k * 32u + sgid] = v;
+        }
+    }
+    workgroupBarrier();
+    if (lid < n) {
+        var v = 0.0;
+        for (var m = 0u; m < nsg; m++) {
+            v += red[lid * 32u + m];
+        }
+        let row = row0 + lid / S;
+        if (row < p.o) {
+            y[(lid % S) * p.o + row] = v;
+        }
+    }
+}
