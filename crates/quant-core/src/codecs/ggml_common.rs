@@ -1,7 +1,9 @@
 //! The machinery every GGML block codec shares: a [`GgmlBlock`] trait (one block's encode
 //! and decode), the generic [`BlockCodec`] that walks rows of blocks for the
 //! [`FormatCodec`] trait, and faithful ports of the scalar helpers of llama.cpp's
-//! `ggml-quants.c` that the reference quantizers (`quantize_row_*_ref`) are built from.
+//! `ggml-quants.c` that the reference quantizers (`quantize_row_*_ref`) are built from (the
+//! searches that dominate encode time run several sub-blocks at once in
+//! [`super::ggml_search`]).
 //!
 //! The ports keep GGML's operation order and its f32 arithmetic (no fused multiply-add:
 //! Rust never contracts), so an encoder fed the same floats makes the same choices as
@@ -152,88 +154,6 @@ pub(crate) fn signed_amax(x: &[f32]) -> (f32, f32) {
     (max, amax)
 }
 
-/// GGML's `make_qx_quants` (symmetric codes `L[i] + nmax`, `L in [-nmax, nmax-1]`, with a
-/// least-squares scale search). `qw`: importance weights; `None` uses GGML's
-/// `rmse_type` default. Returns the scale.
-pub(crate) fn make_qx_quants(
-    nmax: i32,
-    x: &[f32],
-    l_out: &mut [i8],
-    rmse_type: i32,
-    qw: Option<&[f32]>,
-) -> f32 {
-    let n = x.len();
-    let (max, amax) = signed_amax(x);
-    if amax < GROUP_MAX_EPS {
-        l_out[..n].fill(0);
-        return 0.0;
-    }
-    let nmaxf = nmax as f32;
-    let mut iscale = -nmaxf / max;
-    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
-    if rmse_type == 0 {
-        for (o, &v) in l_out.iter_mut().zip(x) {
-            *o = (nmax + clamp(nearest_int(iscale * v))) as i8;
-        }
-        return 1.0 / iscale;
-    }
-    let (rmse_type, return_early) = if rmse_type < 0 {
-        (-rmse_type, true)
-    } else {
-        (rmse_type, false)
-    };
-    let weight = |i: usize| -> f32 {
-        match qw {
-            Some(q) => q[i],
-            None => match rmse_type {
-                1 => x[i] * x[i],
-                2 => 1.0,
-                3 => x[i].abs(),
-                _ => x[i].abs().sqrt(),
-            },
-        }
-    };
-    let (mut sumlx, mut suml2) = (0f32, 0f32);
-    for i in 0..n {
-        let l = clamp(nearest_int(iscale * x[i]));
-        l_out[i] = (l + nmax) as i8;
-        let w = weight(i);
-        sumlx += w * x[i] * l as f32;
-        suml2 += w * l as f32 * l as f32;
-    }
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    if return_early {
-        return if suml2 > 0.0 {
-            0.5 * (scale + 1.0 / iscale)
-        } else {
-            1.0 / iscale
-        };
-    }
-    let mut best = scale * sumlx;
-    for is in -9..=9 {
-        if is == 0 {
-            continue;
-        }
-        iscale = -(nmaxf + 0.1 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for i in 0..n {
-            let l = clamp(nearest_int(iscale * x[i]));
-            let w = weight(i);
-            sumlx += w * x[i] * l as f32;
-            suml2 += w * l as f32 * l as f32;
-        }
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for i in 0..n {
-                l_out[i] = (nmax + clamp(nearest_int(iscale * x[i]))) as i8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    scale
-}
-
 /// GGML's `make_q3_quants`: codes `L + nmax` in `[0, 2 nmax)`; with `do_rmse`, a few
 /// coordinate-descent passes on the x²-weighted error. Returns the scale.
 pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8], do_rmse: bool) -> f32 {
@@ -289,121 +209,6 @@ pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8], do_rmse: bo
     1.0 / iscale
 }
 
-/// GGML's `make_qkx2_quants`: affine codes `L in [0, nmax]` with `x ≈ scale * L - the_min`
-/// (`the_min >= 0`), searching `nstep + 1` candidate scales by weighted least squares.
-/// Returns (scale, the_min).
-// One argument per GGML parameter keeps the port line-for-line comparable.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn make_qkx2_quants(
-    nmax: i32,
-    x: &[f32],
-    weights: &[f32],
-    l_out: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
-) -> (f32, f32) {
-    let n = x.len();
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        l_out[..n].fill(0);
-        return (0.0, -min);
-    }
-    let err = |d: f32| if use_mad { d.abs() } else { d * d };
-    let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0f32;
-    for i in 0..n {
-        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l_out[i] = l as u8;
-        let diff = scale * l as f32 + min - x[i];
-        best_error += weights[i] * err(diff);
-    }
-    if nstep < 1 {
-        return (scale, -min);
-    }
-    let mut laux = [0u8; 256];
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut cur_error = 0f32;
-            for i in 0..n {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * err(diff);
-            }
-            if cur_error < best_error {
-                l_out[..n].copy_from_slice(&laux[..n]);
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, -min)
-}
-
-/// GGML's `best_index_int8`: the index of the table value nearest `x` (ties to the upper).
-#[inline]
-pub(crate) fn best_index_int8(val: &[i8], x: f32) -> usize {
-    let n = val.len();
-    if x <= val[0] as f32 {
-        return 0;
-    }
-    if x >= val[n - 1] as f32 {
-        return n - 1;
-    }
-    let (mut ml, mut mu) = (0usize, n - 1);
-    while mu - ml > 1 {
-        let mav = (ml + mu) / 2;
-        if x < val[mav] as f32 {
-            mu = mav;
-        } else {
-            ml = mav;
-        }
-    }
-    if x - (val[mu - 1] as f32) < (val[mu] as f32) - x {
-        mu - 1
-    } else {
-        mu
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,18 +221,6 @@ mod tests {
         assert_eq!(nearest_int(-0.49), 0);
         assert_eq!(nearest_int(31.2), 31);
         assert_eq!(nearest_int(-128.0), -128);
-    }
-
-    #[test]
-    fn best_index_finds_the_nearest_table_value() {
-        let t: [i8; 4] = [-10, -2, 3, 9];
-        assert_eq!(best_index_int8(&t, -100.0), 0);
-        assert_eq!(best_index_int8(&t, 100.0), 3);
-        assert_eq!(best_index_int8(&t, -6.5), 0);
-        assert_eq!(best_index_int8(&t, -5.0), 1);
-        assert_eq!(best_index_int8(&t, 0.4), 1);
-        assert_eq!(best_index_int8(&t, 0.6), 2);
-        assert_eq!(best_index_int8(&t, 0.5), 2);
     }
 
     #[test]

@@ -16,13 +16,15 @@
 //!
 //! Encoders are ports of `quantize_row_iq4_nl_ref` (no scale search: `ntry = -1`) and
 //! `quantize_row_iq4_xs_ref` (GGML's `quantize_iq4_xs` without an importance matrix,
-//! searching 15 scales per sub-block), both through `quantize_row_iq4_nl_impl`.
+//! searching 15 scales per sub-block, eight sub-blocks side by side in
+//! [`super::ggml_search`]), both through `quantize_row_iq4_nl_impl`.
 
 // The ports keep GGML's index loops so they can be read side by side with ggml-quants.c.
 #![allow(clippy::needless_range_loop)]
 use super::ggml_common::{
-    BlockCodec, GROUP_MAX_EPS, GgmlBlock, best_index_int8, get_fp16, int, nearest_int, put_fp16,
+    BlockCodec, GROUP_MAX_EPS, GgmlBlock, get_fp16, int, nearest_int, put_fp16,
 };
+use super::ggml_search::{avx2_dispatch, iq4_fit_lanes, iq4_nearest, to_lanes};
 use crate::real::Real;
 
 /// GGML's `kvalues_iq4nl`.
@@ -36,11 +38,12 @@ pub struct Iq4Xs;
 pub static IQ4_NL_CODEC: BlockCodec<Iq4Nl> = BlockCodec::new();
 pub static IQ4_XS_CODEC: BlockCodec<Iq4Xs> = BlockCodec::new();
 
-/// The per-sub-block search of `quantize_row_iq4_nl_impl` (no importance weights, so
-/// `weight = x²`): codes into `l`, returns the sub-block scale (0 for an all-zero one).
-fn fit_block(xb: &[f32], l: &mut [u8], ntry: i32) -> f32 {
-    let values = &KVALUES_IQ4NL;
-    let v0 = values[0] as f32;
+/// The search of `quantize_row_iq4_nl_impl` with `ntry = -1` (iq4_nl: no importance
+/// weights, so `weight = x²`, and no scale sweep): codes into `l`, returns the block scale
+/// (0 for an all-zero block, whose codes stay 0).
+#[inline(always)]
+fn fit_block_nl(xb: &[f32], l: &mut [u8]) -> f32 {
+    let v0 = KVALUES_IQ4NL[0] as f32;
     let mut amax = 0f32;
     let mut max = 0f32;
     for &v in xb {
@@ -53,38 +56,24 @@ fn fit_block(xb: &[f32], l: &mut [u8], ntry: i32) -> f32 {
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }
-    let mut d = if ntry > 0 { -max / v0 } else { max / v0 };
-    let mut id = 1.0 / d;
+    let id = 1.0 / (max / v0);
+    // The table look-ups first (independent per weight, so they vectorize), then GGML's
+    // sequential sums.
+    let mut q = [0f32; 32];
+    for ((o, qv), &x) in l.iter_mut().zip(q.iter_mut()).zip(xb) {
+        (*o, *qv) = iq4_nearest(id * x);
+    }
     let (mut sumqx, mut sumq2) = (0f32, 0f32);
-    for (o, &x) in l.iter_mut().zip(xb) {
-        let k = best_index_int8(values, id * x);
-        *o = k as u8;
-        let q = values[k] as f32;
+    for (&qv, &x) in q.iter().zip(xb) {
         let w = x * x;
-        sumqx += w * q * x;
-        sumq2 += w * q * q;
+        sumqx += w * qv * x;
+        sumq2 += w * qv * qv;
     }
-    d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-    let mut best = d * sumqx;
-    for itry in -ntry..=ntry {
-        id = (itry as f32 + v0) / max;
-        sumqx = 0.0;
-        sumq2 = 0.0;
-        for &x in xb {
-            let q = values[best_index_int8(values, id * x)] as f32;
-            let w = x * x;
-            sumqx += w * q * x;
-            sumq2 += w * q * q;
-        }
-        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-            d = sumqx / sumq2;
-            best = d * sumqx;
-        }
-    }
-    d
+    if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 }
 }
 
 /// Packs 32 codes into 16 bytes, weight j low nibble and j + 16 high nibble.
+#[inline(always)]
 fn pack32(l: &[u8], q: &mut [u8]) {
     for j in 0..16 {
         q[j] = l[j] | (l[16 + j] << 4);
@@ -95,11 +84,7 @@ impl GgmlBlock for Iq4Nl {
     const WEIGHTS: usize = 32;
     const BYTES: usize = 18;
     fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
-        let mut l = [0u8; 32];
-        let d = fit_block(x, &mut l, -1);
-        put_fp16(out, 0, d)?;
-        pack32(&l, &mut out[2..18]);
-        Ok(())
+        avx2_dispatch!(Iq4Nl::encode_body, x, out)
     }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         let d: T = get_fp16(b, 0);
@@ -111,21 +96,25 @@ impl GgmlBlock for Iq4Nl {
     }
 }
 
-impl GgmlBlock for Iq4Xs {
-    const WEIGHTS: usize = 256;
-    const BYTES: usize = 136;
-    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+impl Iq4Nl {
+    #[inline(always)]
+    pub(super) fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        let mut l = [0u8; 32];
+        let d = fit_block_nl(x, &mut l);
+        put_fp16(out, 0, d)?;
+        pack32(&l, &mut out[2..18]);
+        Ok(())
+    }
+}
+
+impl Iq4Xs {
+    #[inline(always)]
+    pub(super) fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
         const NTRY: i32 = 7;
         let mut l = [0u8; 256];
-        let mut scales = [0f32; 8];
+        let scales = iq4_fit_lanes(&to_lanes::<32>(x), NTRY);
         let (mut max_scale, mut amax_scale) = (0f32, 0f32);
-        for ib in 0..8 {
-            let d = fit_block(
-                &x[32 * ib..32 * ib + 32],
-                &mut l[32 * ib..32 * ib + 32],
-                NTRY,
-            );
-            scales[ib] = d;
+        for &d in &scales {
             if d.abs() > amax_scale {
                 amax_scale = d.abs();
                 max_scale = d;
@@ -141,7 +130,7 @@ impl GgmlBlock for Iq4Xs {
             let dl = d * ls as f32;
             let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
             for j in 0..32 {
-                l[32 * ib + j] = best_index_int8(&KVALUES_IQ4NL, idl * x[32 * ib + j]) as u8;
+                l[32 * ib + j] = iq4_nearest(idl * x[32 * ib + j]).0;
             }
             let ls = (ls + 32) as u8;
             scales_l[ib / 2] |= (ls & 0xF) << (4 * (ib % 2));
@@ -156,6 +145,14 @@ impl GgmlBlock for Iq4Xs {
             );
         }
         Ok(())
+    }
+}
+
+impl GgmlBlock for Iq4Xs {
+    const WEIGHTS: usize = 256;
+    const BYTES: usize = 136;
+    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        avx2_dispatch!(Iq4Xs::encode_body, x, out)
     }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         let d: T = get_fp16(b, 0);

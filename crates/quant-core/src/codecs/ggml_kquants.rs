@@ -23,14 +23,15 @@
 //! scale k is `(scales[k%8] >> 4*(k/8)) & 0xF | ((scales[8 + k%4] >> 2*(k/4)) & 3) << 4`.
 //!
 //! Encoders are ports of `quantize_row_q{2,3,4,5,6}_K_ref` (the reference paths llama.cpp
-//! uses without an importance matrix), built on [`super::ggml_common`]'s helpers.
+//! uses without an importance matrix), built on [`super::ggml_common`]'s helpers; the q2_k, q4_k, q5_k and q6_k scale searches
+//! run eight sub-blocks at a time ([`super::ggml_search`]), with GGML's arithmetic per sub-block.
 
 // The ports keep GGML's index loops so they can be read side by side with ggml-quants.c.
 #![allow(clippy::needless_range_loop)]
 use super::ggml_common::{
-    BlockCodec, GROUP_MAX_EPS, GgmlBlock, get_fp16, int, make_q3_quants, make_qkx2_quants,
-    make_qx_quants, nearest_int, put_fp16,
+    BlockCodec, GROUP_MAX_EPS, GgmlBlock, get_fp16, int, make_q3_quants, nearest_int, put_fp16,
 };
+use super::ggml_search::{LANES, avx2_dispatch, qkx2_lanes, qx_rmse1_lanes, to_lanes};
 use super::kquant::{self, pack_scale_min, scale_min};
 use crate::real::Real;
 
@@ -49,6 +50,7 @@ pub static Q6_K_CODEC: BlockCodec<Q6K> = BlockCodec::new();
 const QK_K: usize = 256;
 
 /// Packs 2-bit codes `l[j + l + 32s]` of each 128-half into `qs` (q2_k / q3_k order).
+#[inline(always)]
 fn pack2(l: &[u8; QK_K], qs: &mut [u8]) {
     for h in 0..QK_K / 128 {
         let j = 128 * h;
@@ -59,21 +61,48 @@ fn pack2(l: &[u8; QK_K], qs: &mut [u8]) {
     }
 }
 
-/// The (scale, min) fit of one 32-weight sub-block for q4_k / q5_k: GGML's weights
-/// `sqrt(mean(x²)) + |x|` and `make_qkx2_quants`.
-fn fit_sub32(x: &[f32], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8]) -> (f32, f32) {
-    let sum_x2 = x.iter().fold(0f32, |a, v| a + v * v);
-    let av_x = (sum_x2 / 32.0).sqrt();
-    let mut weights = [0f32; 32];
-    for (w, v) in weights.iter_mut().zip(x) {
-        *w = av_x + v.abs();
+/// The (scale, min) fits of the eight 32-weight sub-blocks for q4_k / q5_k: GGML's
+/// weights `sqrt(mean(x²)) + |x|` and `make_qkx2_quants`, the eight searched side by side
+/// (see [`super::ggml_search`]). Codes go to `l` in weight order.
+#[inline(always)]
+fn fit_sub32x8(
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+    l: &mut [u8; QK_K],
+) -> ([f32; 8], [f32; 8]) {
+    let xl = to_lanes::<32>(x);
+    let mut sum_x2 = [0f32; LANES];
+    for row in &xl {
+        for c in 0..LANES {
+            sum_x2[c] += row[c] * row[c];
+        }
     }
-    make_qkx2_quants(nmax, x, &weights, l, rmin, 0.1, nstep, false)
+    let mut av_x = [0f32; LANES];
+    for c in 0..LANES {
+        av_x[c] = (sum_x2[c] / 32.0).sqrt();
+    }
+    let mut weights = [[0f32; LANES]; 32];
+    for (w, row) in weights.iter_mut().zip(&xl) {
+        for c in 0..LANES {
+            w[c] = av_x[c] + row[c].abs();
+        }
+    }
+    let mut codes = [[0u8; LANES]; 32];
+    let fit = qkx2_lanes::<32, false>(nmax, &xl, &weights, &mut codes, rmin, 0.1, nstep);
+    for (i, row) in codes.iter().enumerate() {
+        for c in 0..LANES {
+            l[32 * c + i] = row[c];
+        }
+    }
+    fit
 }
 
 /// The shared tail of the q4_k / q5_k reference encoders: 6-bit scales and mins against
 /// fp16 `d` / `dmin`, then codes re-quantized against the stored values. Writes d, dmin and
 /// the 12 scale bytes at `out[0..16]` and leaves the codes (0..=nmax) in `l`.
+#[inline(always)]
 fn kx_header(
     x: &[f32],
     nmax: i32,
@@ -115,33 +144,35 @@ fn kx_header(
     Ok(())
 }
 
-impl GgmlBlock for Q2K {
-    const WEIGHTS: usize = QK_K;
-    const BYTES: usize = 84;
-    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+impl Q2K {
+    #[inline(always)]
+    fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
         const Q4SCALE: f32 = 15.0;
         let mut l = [0u8; QK_K];
         let mut scales = [0f32; 16];
         let mut mins = [0f32; 16];
         let (mut max_scale, mut max_min) = (0f32, 0f32);
-        for j in 0..16 {
-            let xs = &x[16 * j..16 * j + 16];
-            let mut weights = [0f32; 16];
-            for (w, v) in weights.iter_mut().zip(xs) {
-                *w = v.abs();
+        for g in 0..2 {
+            let xl = to_lanes::<16>(&x[128 * g..128 * g + 128]);
+            let mut weights = [[0f32; LANES]; 16];
+            for (w, row) in weights.iter_mut().zip(&xl) {
+                for c in 0..LANES {
+                    w[c] = row[c].abs();
+                }
             }
-            let (s, m) = make_qkx2_quants(
-                3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
-            scales[j] = s;
-            mins[j] = m;
+            let mut codes = [[0u8; LANES]; 16];
+            let (s, m) = qkx2_lanes::<16, true>(3, &xl, &weights, &mut codes, -0.5, 0.1, 15);
+            for c in 0..LANES {
+                let j = 8 * g + c;
+                for i in 0..16 {
+                    l[16 * j + i] = codes[i][c];
+                }
+                scales[j] = s[c];
+                mins[j] = m[c];
+            }
+        }
+        for j in 0..16 {
+            let (s, m) = (scales[j], mins[j]);
             if s > max_scale {
                 max_scale = s;
             }
@@ -181,6 +212,14 @@ impl GgmlBlock for Q2K {
         }
         pack2(&l, &mut out[16..80]);
         Ok(())
+    }
+}
+
+impl GgmlBlock for Q2K {
+    const WEIGHTS: usize = QK_K;
+    const BYTES: usize = 84;
+    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        avx2_dispatch!(Q2K::encode_body, x, out)
     }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         let d: T = get_fp16(b, 80);
@@ -295,22 +334,11 @@ impl GgmlBlock for Q3K {
     }
 }
 
-impl GgmlBlock for Q4K {
-    const WEIGHTS: usize = QK_K;
-    const BYTES: usize = 144;
-    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+impl Q4K {
+    #[inline(always)]
+    fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
         let mut l = [0u8; QK_K];
-        let mut scales = [0f32; 8];
-        let mut mins = [0f32; 8];
-        for j in 0..8 {
-            (scales[j], mins[j]) = fit_sub32(
-                &x[32 * j..32 * j + 32],
-                15,
-                -1.0,
-                20,
-                &mut l[32 * j..32 * j + 32],
-            );
-        }
+        let (scales, mins) = fit_sub32x8(x, 15, -1.0, 20, &mut l);
         kx_header(x, 15, &scales, &mins, &mut l, out)?;
         let qs = &mut out[16..144];
         for c in 0..4 {
@@ -320,27 +348,24 @@ impl GgmlBlock for Q4K {
         }
         Ok(())
     }
+}
+
+impl GgmlBlock for Q4K {
+    const WEIGHTS: usize = QK_K;
+    const BYTES: usize = 144;
+    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        avx2_dispatch!(Q4K::encode_body, x, out)
+    }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         kquant::decode_block(b, out)
     }
 }
 
-impl GgmlBlock for Q5K {
-    const WEIGHTS: usize = QK_K;
-    const BYTES: usize = 176;
-    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+impl Q5K {
+    #[inline(always)]
+    fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
         let mut l = [0u8; QK_K];
-        let mut scales = [0f32; 8];
-        let mut mins = [0f32; 8];
-        for j in 0..8 {
-            (scales[j], mins[j]) = fit_sub32(
-                &x[32 * j..32 * j + 32],
-                31,
-                -0.5,
-                15,
-                &mut l[32 * j..32 * j + 32],
-            );
-        }
+        let (scales, mins) = fit_sub32x8(x, 31, -0.5, 15, &mut l);
         kx_header(x, 31, &scales, &mins, &mut l, out)?;
         let (qh, ql) = out[16..176].split_at_mut(32);
         qh.fill(0);
@@ -361,6 +386,14 @@ impl GgmlBlock for Q5K {
             }
         }
         Ok(())
+    }
+}
+
+impl GgmlBlock for Q5K {
+    const WEIGHTS: usize = QK_K;
+    const BYTES: usize = 176;
+    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        avx2_dispatch!(Q5K::encode_body, x, out)
     }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         let d: T = get_fp16(b, 0);
@@ -384,22 +417,26 @@ impl GgmlBlock for Q5K {
     }
 }
 
-impl GgmlBlock for Q6K {
-    const WEIGHTS: usize = QK_K;
-    const BYTES: usize = 210;
-    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+impl Q6K {
+    #[inline(always)]
+    fn encode_body(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; 16];
         let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
+        for g in 0..2 {
+            let xl = to_lanes::<16>(&x[128 * g..128 * g + 128]);
+            let mut codes = [[0i8; LANES]; 16];
+            let s = qx_rmse1_lanes::<16>(32, &xl, &mut codes);
+            for c in 0..LANES {
+                let ib = 8 * g + c;
+                for i in 0..16 {
+                    l[16 * ib + i] = codes[i][c];
+                }
+                scales[ib] = s[c];
+            }
+        }
         for ib in 0..16 {
-            let s = make_qx_quants(
-                32,
-                &x[16 * ib..16 * ib + 16],
-                &mut l[16 * ib..16 * ib + 16],
-                1,
-                None,
-            );
-            scales[ib] = s;
+            let s = scales[ib];
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = s;
@@ -438,6 +475,14 @@ impl GgmlBlock for Q6K {
         }
         Ok(())
     }
+}
+
+impl GgmlBlock for Q6K {
+    const WEIGHTS: usize = QK_K;
+    const BYTES: usize = 210;
+    fn encode(x: &[f32], out: &mut [u8]) -> Result<(), ()> {
+        avx2_dispatch!(Q6K::encode_body, x, out)
+    }
     fn decode<T: Real>(b: &[u8], out: &mut [T]) {
         // GGML's loop computes weights l, l+32, l+64, l+96 together; this one walks each
         // 32-weight group k (low 4 bits from ql[l] or ql[l+32], low or high nibble; top 2
@@ -460,5 +505,36 @@ impl GgmlBlock for Q6K {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::{Rng, weights};
+
+    /// The AVX2 build of each encoder (what `encode` runs on this machine when it has AVX2)
+    /// and the baseline build (`encode_body` called directly) write the same bytes.
+    fn both_paths_agree<B: GgmlBlock>(body: fn(&[f32], &mut [u8]) -> Result<(), ()>) {
+        let w = weights(&mut Rng::new(0xA5A5), 16, 1024);
+        for x in w.chunks_exact(B::WEIGHTS) {
+            let (mut a, mut b) = (vec![0u8; B::BYTES], vec![0u8; B::BYTES]);
+            assert_eq!(B::encode(x, &mut a), body(x, &mut b));
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn dispatched_and_baseline_encoders_agree() {
+        both_paths_agree::<Q2K>(Q2K::encode_body);
+        both_paths_agree::<Q4K>(Q4K::encode_body);
+        both_paths_agree::<Q5K>(Q5K::encode_body);
+        both_paths_agree::<Q6K>(Q6K::encode_body);
+        both_paths_agree::<super::super::ggml_iq4::Iq4Xs>(
+            super::super::ggml_iq4::Iq4Xs::encode_body,
+        );
+        both_paths_agree::<super::super::ggml_iq4::Iq4Nl>(
+            super::super::ggml_iq4::Iq4Nl::encode_body,
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod ggml_iq4;
 pub mod ggml_kquants;
 pub mod ggml_legacy;
 pub mod ggml_mxfp4;
+mod ggml_search;
 pub mod int_group;
 pub mod int_row;
 pub mod kquant;
