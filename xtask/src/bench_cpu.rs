@@ -11,7 +11,9 @@
 //! 2. `../shared/anchors/read_bw.c`, built with `gcc -O3 -march=native -fopenmp` and run with
 //!    one OpenMP thread per core rayon uses, just before and just after step 3;
 //! 3. quant-core's criterion bench `gemv` with `RUSTFLAGS="-C target-cpu=native"`, read
-//!    back from criterion's `benchmark.json` / `estimates.json` (median per call).
+//!    back from criterion's `benchmark.json` / `estimates.json` (median per call);
+//! 4. the interleaved candle pair (`xtask/candle-pair`, [`crate::candle_pair`]): candle and
+//!    tessera on q8_0, q4_k and q6_k timed call by call in alternation, issue 8's verdict.
 //!
 //! It prints one table (shape, format, path — exact, or the opt-in int8-activation path
 //! where a format has one —, our GB/s, % of read bandwidth, candle's same format where it
@@ -109,6 +111,10 @@ pub fn run(root: &Path) -> Result<Record, String> {
     let bw_before = read_bandwidth(&shared, threads);
     let ours = our_bench(root)?;
     let bw_after = read_bandwidth(&shared, threads);
+    let pairs = crate::candle_pair::run(root);
+    if let Err(e) = &pairs {
+        eprintln!("bench-cpu: interleaved candle pair skipped: {e}");
+    }
     let read_bw = match (&bw_before, &bw_after) {
         (Ok(a), Ok(b)) => Ok(a.max(*b)),
         (Ok(v), Err(_)) | (Err(_), Ok(v)) => Ok(*v),
@@ -150,7 +156,11 @@ pub fn run(root: &Path) -> Result<Record, String> {
     if !candle_note.is_empty() {
         let _ = writeln!(section, "- candle anchor: {candle_note}");
     }
-    let _ = writeln!(section, "\n{table}\n{END}");
+    let pair_table = match &pairs {
+        Ok(p) => crate::candle_pair::render(p),
+        Err(e) => format!("\nInterleaved with candle: skipped: {e}\n"),
+    };
+    let _ = writeln!(section, "\n{table}{pair_table}\n{END}");
     println!("{section}");
     let device = format!("{model}, {threads} threads");
     let record = read_bw.map(|bw| record(&ours, bw, candle.as_ref().ok(), device, date));

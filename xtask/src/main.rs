@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_cpu;
+mod candle_pair;
 mod formats_doc;
 mod perf_record;
 mod plot;

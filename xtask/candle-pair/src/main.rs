@@ -1,0 +1,121 @@
+//! Candle's GGUF matvec against tessera's, timed in alternation in one process.
+//!
+//! The candle anchor (`../shared/anchors/candle_cpu`) and quant-core's criterion bench run
+//! one after the other, minutes apart; on this VM the read bandwidth itself moved by a
+//! third within one run, so a ratio of the two carries that drift. Here each call of one is
+//! followed by a call of the other on the same shape, so both see the same machine state,
+//! and the medians are compared.
+//!
+//! For each (format, shape): one random N(0, 1) [O, I] matrix (candle's `randn`, as the
+//! anchor), quantized by candle (`QTensor::quantize`) and by tessera (`quant_core::encode`
+//! of the same f32 values), each copied until the copies hold at least 256 MB so every call
+//! streams its weights from memory; x is one N(0, 1) row. Candle runs `QMatMul::forward`
+//! (it quantizes x to its vec-dot type inside, as the anchor's call does); tessera runs
+//! `gemm_with(KernelPath::Int8Activations, ..)` (x rounded to int8 per 32-block inside).
+//! Each side is warmed over every copy first. Output, one line each:
+//! `pair <format> <O>x<I> candle_us <m> tessera_us <m> bytes <candle> <tessera> copies <n> calls <n>`.
+//!
+//! Usage: `candle-pair [FORMATS] [SHAPES]`, e.g. `candle-pair q4_k,q6_k 4096x4096` (defaults:
+//! q8_0,q4_k,q6_k on 4096x4096, 14336x4096, 6144x16384).
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use quant_core::kernels::{KernelPath, gemm_with};
+use quant_core::{EncodeOptions, Format, encode};
+use std::time::Instant;
+
+/// Bytes the copies of one side must reach, as in the anchor and the criterion bench.
+const WORKING_SET: f64 = 256e6;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn candle_type(format: Format) -> Option<GgmlDType> {
+    match format {
+        Format::Q8_0 => Some(GgmlDType::Q8_0),
+        Format::Q4K => Some(GgmlDType::Q4K),
+        Format::Q6K => Some(GgmlDType::Q6K),
+        _ => None,
+    }
+}
+
+fn list<T>(arg: Option<&String>, default: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
+    arg.map_or(default, |s| s.as_str())
+        .split(',')
+        .map(parse)
+        .collect()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let formats = list(args.first(), "q8_0,q4_k,q6_k", |s| {
+        s.parse::<Format>()
+            .unwrap_or_else(|e| panic!("format {s:?}: {e}"))
+    });
+    let shapes = list(args.get(1), "4096x4096,14336x4096,6144x16384", |s| {
+        let (o, i) = s
+            .split_once('x')
+            .unwrap_or_else(|| panic!("shape {s:?}: want OxI"));
+        (o.parse::<usize>().unwrap(), i.parse::<usize>().unwrap())
+    });
+    let dev = Device::Cpu;
+    for &(o, i) in &shapes {
+        let w = Tensor::randn(0f32, 1.0, (o, i), &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (1, i), &dev)?;
+        let wv: Vec<f32> = w.flatten_all()?.to_vec1()?;
+        let xv: Vec<f32> = x.flatten_all()?.to_vec1()?;
+        for &format in &formats {
+            let dt = candle_type(format).ok_or_else(|| format!("{format}: no candle twin"))?;
+            let first = QTensor::quantize(&w, dt)?;
+            let candle_bytes = first.storage_size_in_bytes();
+            let copies = (WORKING_SET / candle_bytes as f64).ceil().clamp(1.0, 64.0) as usize;
+            let mut theirs = vec![QMatMul::from_qtensor(first)?];
+            for k in 1..copies {
+                // Distinct values per copy, as the anchor does.
+                let wk = (&w + (k as f64) * 1e-3)?;
+                theirs.push(QMatMul::from_qtensor(QTensor::quantize(&wk, dt)?)?);
+            }
+            let enc = encode(format, o, i, &wv, &EncodeOptions::default())?;
+            let ours_bytes = enc.weights.len() + enc.scales.len();
+            let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
+            let mut y = vec![0f32; o];
+            let run_ours = |k: usize, y: &mut [f32]| -> Result<(), quant_core::QuantError> {
+                gemm_with(KernelPath::Int8Activations, &ours[k].view(), &xv, 1, y)?;
+                Ok(())
+            };
+            for k in 0..copies {
+                std::hint::black_box(theirs[k].forward(&x)?);
+                run_ours(k, &mut y)?;
+            }
+            let calls = (3 * copies).max(200);
+            let (mut tc, mut tt) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+            for r in 0..calls {
+                // Alternate which side goes first so neither always follows the other.
+                let (a, b) = (r % copies, (r + copies / 2) % copies);
+                let time_candle = || -> candle_core::Result<f64> {
+                    let t = Instant::now();
+                    std::hint::black_box(theirs[a].forward(&x)?);
+                    Ok(t.elapsed().as_secs_f64())
+                };
+                if r % 2 == 0 {
+                    tc.push(time_candle()?);
+                }
+                let t = Instant::now();
+                run_ours(b, &mut y)?;
+                std::hint::black_box(&y);
+                tt.push(t.elapsed().as_secs_f64());
+                if r % 2 == 1 {
+                    tc.push(time_candle()?);
+                }
+            }
+            println!(
+                "pair {format} {o}x{i} candle_us {:.1} tessera_us {:.1} bytes {candle_bytes} {ours_bytes} copies {copies} calls {calls}",
+                median(tc) * 1e6,
+                median(tt) * 1e6
+            );
+        }
+    }
+    Ok(())
+}
