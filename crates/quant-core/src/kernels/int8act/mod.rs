@@ -68,6 +68,7 @@ mod kzmm;
 mod tessera;
 #[cfg(test)]
 mod tests;
+mod zmm_int8_row;
 
 use super::vector::QVec;
 use super::{Micro, SimdLevel, drive};
@@ -333,7 +334,7 @@ pub(crate) trait Int8Kernel: Sync {
 /// [`super::kernel_for`].
 pub(crate) fn int8_kernel_for(format: Format) -> Option<&'static dyn Int8Kernel> {
     match format {
-        Format::Int8Row => Some(&tessera::INT8_ROW),
+        Format::Int8Row => Some(&zmm_int8_row::INT8_ROW),
         Format::Int4Row
         | Format::Int4G16
         | Format::Int4G32
