@@ -13,8 +13,8 @@
 // ---- family: gemv_affine256 ----
 override HDR: u32 = 0u;
 
-// Any S (S = 1 takes `partial1`).
-fn partial_s(row0: u32, lid: u32) {
+// Any S (the tail takes `partial1` instead where `fast1()`).
+fn partial(row0: u32, lid: u32) {
     let rb = p.row_bytes;
     let nb = rb / 136u;
     for (var j = lid; j < 8u * nb; j += WG) {
@@ -60,31 +60,14 @@ fn partial_s(row0: u32, lid: u32) {
 }
 
 // ---- S = 1 (issue #5's speed case) -------------------------------------------------------
-// The same work items (4 payload words of a block), but each invocation takes item j of all
-// ROWS rows at once (ROWS x 4 independent loads in flight), reads the item's activations
-// once for all of them, and keeps one partial per row in a vector component: no function
-// or private arrays in the loop, nothing to spill. Rows past O (a partial last workgroup)
-// re-read row O - 1; the tail never stores them.
+// The tail takes `partial1` instead of `partial` at S = 1. The same work items (4 payload
+// words of a block), but each invocation takes item j of all ROWS rows at once (ROWS x 4
+// independent loads in flight), reads the item's activations once for all of them, and
+// keeps one partial per row in a vector component: no function or private arrays anywhere.
+// Rows past O (a partial last workgroup) re-read row O - 1; the tail never stores them.
 
-// Nibbles 0..3 of w (low nibble of byte 0 first) as q / 16, exact: each nibble shifted into
-// the top 4 mantissa bits of 1.0 is 1 + q / 16, minus 1. No conversion instruction; the
-// caller multiplies by 16 once per sum. MUTATE 1 swaps the nibbles.
-fn fnib(w: u32) -> vec4<f32> {
-    var sh = vec4<u32>(19u, 15u, 11u, 7u);
-    if (MUTATE == 1u) {
-        sh = vec4<u32>(15u, 19u, 7u, 11u);
-    }
-    return bitcast<vec4<f32>>(((vec4<u32>(w) << sh) & vec4<u32>(0x00780000u)) | vec4<u32>(0x3F800000u)) - vec4<f32>(1.0);
-}
-
-// sum_j (q_j / 16) x_j over the 8 nibbles of w against x[i .. i + 8) = (xa, xb).
-fn fdot8(w: u32, xa: vec4<f32>, xb: vec4<f32>) -> f32 {
-    return dot(fnib(w), xa) + dot(fnib(w >> 16u), xb);
-}
-
-// fdot8 of one word of the 4 rows (w = that word of rows 0..3).
-fn fdot8x4(w: vec4<u32>, xa: vec4<f32>, xb: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(fdot8(w.x, xa, xb), fdot8(w.y, xa, xb), fdot8(w.z, xa, xb), fdot8(w.w, xa, xb));
+fn fast1() -> bool {
+    return true;
 }
 
 // Payload word pp + 8 k of block b of `row`, k = 0..3, and the block's 2 header words.
@@ -111,38 +94,58 @@ fn sz(hd: vec2<u32>, h: u32) -> vec2<f32> {
     return vec2<f32>(scaled(r.x), r.y);
 }
 
+// Item j's payload words and headers of the 4 rows.
+struct Items4 {
+    v0: vec4<u32>,
+    v1: vec4<u32>,
+    v2: vec4<u32>,
+    v3: vec4<u32>,
+    h0: vec2<u32>,
+    h1: vec2<u32>,
+    h2: vec2<u32>,
+    h3: vec2<u32>,
+}
+
+fn items4(rr: vec4<u32>, rb: u32, b: u32, pp: u32, gb: u32) -> Items4 {
+    var q: Items4;
+    q.v0 = item(rr.x, rb, b, pp);
+    q.h0 = header(rr.x, rb, gb);
+    if (ROWS > 1u) {
+        q.v1 = item(rr.y, rb, b, pp);
+        q.h1 = header(rr.y, rb, gb);
+    }
+    if (ROWS > 2u) {
+        q.v2 = item(rr.z, rb, b, pp);
+        q.h2 = header(rr.z, rb, gb);
+    }
+    if (ROWS > 3u) {
+        q.v3 = item(rr.w, rb, b, pp);
+        q.h3 = header(rr.w, rb, gb);
+    }
+    return q;
+}
+
+// sum_j q_j x_j over the 16 nibbles of words w0, w1 (one row) against x = (xa0, xb0, xa1,
+// xb1): per nibble position (nib_in_place minus 2^23 is q 16^j, exact), then NIB_POS.
+fn q4a16(w0: u32, w1: u32, xa0: vec4<f32>, xb0: vec4<f32>, xa1: vec4<f32>, xb1: vec4<f32>) -> f32 {
+    let off = vec4<f32>(8388608.0);
+    let a = nib_order(w0);
+    let b = nib_order(w1);
+    let f = (nib_in_place(a) - off) * xa0 + (nib_in_place(a >> 16u) - off) * xb0
+        + (nib_in_place(b) - off) * xa1 + (nib_in_place(b >> 16u) - off) * xb1;
+    return dot(f, NIB_POS);
+}
+
 fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nb = rb / 136u;
     let last = p.o - 1u;
-    let r1 = min(row0 + 1u, last);
-    let r2 = min(row0 + 2u, last);
-    let r3 = min(row0 + 3u, last);
+    let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
     var a = vec4<f32>(0.0);
     for (var j = lid; j < 8u * nb; j += WG) {
         let b = j / 8u;
         let pp = j % 8u;
-        let gb = group(b, nb);
-        let v0 = item(row0, rb, b, pp);
-        let h0 = header(row0, rb, gb);
-        var v1 = vec4<u32>(0u);
-        var v2 = vec4<u32>(0u);
-        var v3 = vec4<u32>(0u);
-        var h1 = vec2<u32>(0u);
-        var h2 = vec2<u32>(0u);
-        var h3 = vec2<u32>(0u);
-        if (ROWS > 1u) {
-            v1 = item(r1, rb, b, pp);
-            h1 = header(r1, rb, gb);
-        }
-        if (ROWS > 2u) {
-            v2 = item(r2, rb, b, pp);
-            h2 = header(r2, rb, gb);
-        }
-        if (ROWS > 3u) {
-            v3 = item(r3, rb, b, pp);
-            h3 = header(r3, rb, gb);
-        }
+        let it = items4(rr, rb, b, pp, group(b, nb));
         // Word pp + 8 k covers weights i0 + 64 k .. + 8; k = 0, 1 are the block's first
         // half (weights 0..127), k = 2, 3 its second.
         let xi = (256u * b + 8u * pp) / 4u;
@@ -157,38 +160,33 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
         let one = vec4<f32>(1.0);
         let sx0 = dot((xa0 + xb0) + (xa1 + xb1), one);
         let sx1 = dot((xa2 + xb2) + (xa3 + xb3), one);
-        let f0 = fdot8x4(vec4<u32>(v0.x, v1.x, v2.x, v3.x), xa0, xb0)
-            + fdot8x4(vec4<u32>(v0.y, v1.y, v2.y, v3.y), xa1, xb1);
-        let f1 = fdot8x4(vec4<u32>(v0.z, v1.z, v2.z, v3.z), xa2, xb2)
-            + fdot8x4(vec4<u32>(v0.w, v1.w, v2.w, v3.w), xa3, xb3);
-        // Per half: sum (q s + z) x = s 16 F + z X (F = sum (q / 16) x, see fnib).
-        let a0 = sz(h0, 0u);
-        let b0 = sz(h1, 0u);
-        let c0 = sz(h2, 0u);
-        let d0 = sz(h3, 0u);
-        let a1 = sz(h0, 1u);
-        let b1 = sz(h1, 1u);
-        let c1 = sz(h2, 1u);
-        let d1 = sz(h3, 1u);
+        let f0 = vec4<f32>(
+            q4a16(it.v0.x, it.v0.y, xa0, xb0, xa1, xb1),
+            q4a16(it.v1.x, it.v1.y, xa0, xb0, xa1, xb1),
+            q4a16(it.v2.x, it.v2.y, xa0, xb0, xa1, xb1),
+            q4a16(it.v3.x, it.v3.y, xa0, xb0, xa1, xb1),
+        );
+        let f1 = vec4<f32>(
+            q4a16(it.v0.z, it.v0.w, xa2, xb2, xa3, xb3),
+            q4a16(it.v1.z, it.v1.w, xa2, xb2, xa3, xb3),
+            q4a16(it.v2.z, it.v2.w, xa2, xb2, xa3, xb3),
+            q4a16(it.v3.z, it.v3.w, xa2, xb2, xa3, xb3),
+        );
+        // Per half: sum (q s + z) x = s F + z X (F = sum q x).
+        let a0 = sz(it.h0, 0u);
+        let b0 = sz(it.h1, 0u);
+        let c0 = sz(it.h2, 0u);
+        let d0 = sz(it.h3, 0u);
+        let a1 = sz(it.h0, 1u);
+        let b1 = sz(it.h1, 1u);
+        let c1 = sz(it.h2, 1u);
+        let d1 = sz(it.h3, 1u);
         let sc0 = vec4<f32>(a0.x, b0.x, c0.x, d0.x);
         let z0 = vec4<f32>(a0.y, b0.y, c0.y, d0.y);
         let sc1 = vec4<f32>(a1.x, b1.x, c1.x, d1.x);
         let z1 = vec4<f32>(a1.y, b1.y, c1.y, d1.y);
-        a += sc0 * (16.0 * f0) + z0 * sx0;
-        a += sc1 * (16.0 * f1) + z1 * sx1;
+        a += sc0 * f0 + z0 * sx0;
+        a += sc1 * f1 + z1 * sx1;
     }
     return a;
 }
-
-fn partial(row0: u32, lid: u32) {
-    if (S == 1u) {
-        let a = partial1(row0, lid);
-        acc[0] = a.x;
-        acc[1] = a.y;
-        acc[2] = a.z;
-        acc[3] = a.w;
-        return;
-    }
-    partial_s(row0, lid);
-}
-

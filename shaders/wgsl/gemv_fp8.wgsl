@@ -10,8 +10,8 @@
 // ---- family: gemv_fp8 ----
 override UE8M0: u32 = 0u;
 
-// Any S (S = 1 takes `partial1`).
-fn partial_s(row0: u32, lid: u32) {
+// Any S (the tail takes `partial1` instead where `fast1()`).
+fn partial(row0: u32, lid: u32) {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let tpr = p.sc_row;
@@ -54,65 +54,53 @@ fn partial_s(row0: u32, lid: u32) {
 }
 
 // ---- S = 1 (issue #5's speed case) -------------------------------------------------------
-// Every invocation reads 16-byte chunk c of all ROWS rows (ROWS independent loads in
-// flight), reads the activations of chunk c once for all of them, and keeps one partial per
-// row in a vector component: no function or private arrays in the loop, nothing to spill.
-// Rows past O (a partial last workgroup) re-read row O - 1; the tail never stores them.
-// The workgroup's rows (row0 a multiple of ROWS <= 4) lie in one 128-row band: one tile
-// scale per chunk for all of them.
+// The tail takes `partial1` instead of `partial` at S = 1. Every invocation reads 16-byte
+// chunk c of all ROWS rows (ROWS independent loads in flight), reads the chunk's
+// activations once for all of them, and keeps one partial per row in a vector component: no
+// function or private arrays anywhere. Rows past O (a partial last workgroup) re-read row
+// O - 1; the tail never stores them. The workgroup's rows (row0 a multiple of ROWS <= 4) lie
+// in one 128-row band: one tile scale per chunk for all of them. The decode has no branch:
+// the test data's 128 x 128 tiles (outlier rows set the scale) hold many subnormal codes,
+// and a branch to a general decoder for them was taken in nearly every warp step.
 
-// Chunk c of row `row` (rows of rb bytes): one 16-byte load when rows are 16-byte aligned.
-fn rowc(row: u32, c: u32, rb: u32) -> vec4<u32> {
-    if ((rb & 15u) == 0u) {
-        return wq[row * (rb >> 4u) + c];
-    }
-    let base = row * rb;
-    return load16(base + 16u * c, base + rb);
+fn fast1() -> bool {
+    return true;
 }
 
-// The 4 E4M3 bytes of w, each times 2^8, exact when no byte has exponent 0: the 7 bits
-// eeee mmm go to bits 20..26 of an f32 whose exponent field is 128 + eeee, i.e.
-// 2^(e + 1) (1 + m / 8) = 2^8 times the E4M3 value; the sign bit goes to bit 31.
-// No conversion instruction and no per-weight subtraction.
-fn e4m3_fast(w: u32) -> vec4<f32> {
-    let m = vec4<u32>(w << 20u, w << 12u, w << 4u, w >> 4u) & vec4<u32>(0x07F00000u);
-    let sg = vec4<u32>(w << 24u, w << 16u, w << 8u, w) & vec4<u32>(0x80000000u);
-    return bitcast<vec4<f32>>(m | sg | vec4<u32>(0x40000000u));
+// Byte k of each word moved to the top (bits 24..31) and shifted right arithmetically by 4:
+// the sign fills bits 27..31 and eeee mmm lands on bits 20..26.
+fn e4m3_bits(w: u32) -> vec4<u32> {
+    return bitcast<vec4<u32>>(bitcast<vec4<i32>>(vec4<u32>(w << 24u, w << 16u, w << 8u, w)) >> vec4<u32>(4u));
 }
 
-// Bit 7 of a byte of the result: that byte of w is special for e4m3_fast, i.e. its low 7
-// bits t are < 8 (exponent 0: zero or subnormal, whose value is not 2^(e - 7) (1 + m / 8))
-// or 0x7F (NaN). t + 0x78 reaches bit 7 iff t >= 8; t + 1 reaches it iff t == 0x7F.
-fn e4m3_special(w: u32) -> u32 {
-    let t = w & 0x7F7F7F7Fu;
-    return (~(t + 0x78787878u) | (t + 0x01010101u)) & 0x80808080u;
+// |code| with exponent field 128 + eeee: 2^(e + 1) (1 + m / 8), which is 2^8 times the
+// E4M3 magnitude when e >= 1 (then >= 4), and 2 + m / 4 when e = 0 (then < 4).
+fn e4m3_mag(v: vec4<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>((v & vec4<u32>(0x07F00000u)) | vec4<u32>(0x40000000u));
 }
 
-// The 4 weights of w times 2^8, exactly, and whether one is NaN: a word with a special
-// byte (rare) takes the general decoder.
-fn e4m3_w(w: u32, nan: ptr<function, u32>) -> vec4<f32> {
-    if (e4m3_special(w) != 0u) {
-        *nan |= ((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
-        return e4m3v(w) * 256.0;
-    }
-    return e4m3_fast(w);
+// 2^8 times the E4M3 values, exact for every code but NaN (0x7F / 0xFF read as 480 * 2^8;
+// the caller flags them): for e = 0 the subnormal m 2^-9 times 2^8 is m / 2 = 2 f - 4, and
+// min(f, 2 f - 4) picks f exactly when f >= 4. Then the sign bit.
+fn e4m3_signed(v: vec4<u32>, f: vec4<f32>) -> vec4<f32> {
+    let m = min(f, 2.0 * f - vec4<f32>(4.0));
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(m) | (v & vec4<u32>(0x80000000u)));
 }
 
-// q . x of word k of the 4 rows (w = that word of rows 0..3) against x[i .. i + 4); NaN
-// codes are flagged in the rows' `nan` components.
-fn f8dotx4(w: vec4<u32>, xk: vec4<f32>, nan: ptr<function, vec4<u32>>) -> vec4<f32> {
-    var n0 = 0u;
-    var n1 = 0u;
-    var n2 = 0u;
-    var n3 = 0u;
-    let r = vec4<f32>(
-        dot(e4m3_w(w.x, &n0), xk),
-        dot(e4m3_w(w.y, &n1), xk),
-        dot(e4m3_w(w.z, &n2), xk),
-        dot(e4m3_w(w.w, &n3), xk),
-    );
-    *nan |= vec4<u32>(n0, n1, n2, n3);
-    return r;
+// One row's chunk w (16 E4M3 bytes) against its activations x0..x3, times 2^8; mx keeps the
+// largest magnitude seen (above 448 * 2^8 only for a NaN code).
+fn f8row(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, mx: ptr<function, vec4<f32>>) -> f32 {
+    let va = e4m3_bits(w.x);
+    let vb = e4m3_bits(w.y);
+    let vc = e4m3_bits(w.z);
+    let vd = e4m3_bits(w.w);
+    let fa = e4m3_mag(va);
+    let fb = e4m3_mag(vb);
+    let fc = e4m3_mag(vc);
+    let fd = e4m3_mag(vd);
+    *mx = max(*mx, max(max(fa, fb), max(fc, fd)));
+    return dot(e4m3_signed(va, fa), x0) + dot(e4m3_signed(vb, fb), x1)
+        + dot(e4m3_signed(vc, fc), x2) + dot(e4m3_signed(vd, fd), x3);
 }
 
 fn partial1(row0: u32, lid: u32) -> vec4<f32> {
@@ -120,26 +108,15 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let nch = (rb + 15u) / 16u;
     let tpr = p.sc_row;
     let last = p.o - 1u;
-    let r1 = min(row0 + 1u, last);
-    let r2 = min(row0 + 2u, last);
-    let r3 = min(row0 + 3u, last);
+    let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
     let band = (row0 / 128u) * tpr;
     var a = vec4<f32>(0.0);
-    var nan = vec4<u32>(0u);
+    var m0 = vec4<f32>(0.0);
+    var m1 = vec4<f32>(0.0);
+    var m2 = vec4<f32>(0.0);
+    var m3 = vec4<f32>(0.0);
     for (var c = lid; c < nch; c += WG) {
-        let v0 = rowc(row0, c, rb);
-        var v1 = vec4<u32>(0u);
-        var v2 = vec4<u32>(0u);
-        var v3 = vec4<u32>(0u);
-        if (ROWS > 1u) {
-            v1 = rowc(r1, c, rb);
-        }
-        if (ROWS > 2u) {
-            v2 = rowc(r2, c, rb);
-        }
-        if (ROWS > 3u) {
-            v3 = rowc(r3, c, rb);
-        }
+        let v = rows4(rr, c, rb);
         let tk = band + group((16u * c) / 128u, tpr);
         var d: f32;
         if (UE8M0 == 1u) {
@@ -148,26 +125,21 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
             d = scale_f32(tk);
         }
         let xi = 4u * c;
-        var f = f8dotx4(vec4<u32>(v0.x, v1.x, v2.x, v3.x), xv[xi], &nan);
-        f += f8dotx4(vec4<u32>(v0.y, v1.y, v2.y, v3.y), xv[xi + 1u], &nan);
-        f += f8dotx4(vec4<u32>(v0.z, v1.z, v2.z, v3.z), xv[xi + 2u], &nan);
-        f += f8dotx4(vec4<u32>(v0.w, v1.w, v2.w, v3.w), xv[xi + 3u], &nan);
+        let x0 = xv[xi];
+        let x1 = xv[xi + 1u];
+        let x2 = xv[xi + 2u];
+        let x3 = xv[xi + 3u];
+        let f = vec4<f32>(
+            f8row(v.v0, x0, x1, x2, x3, &m0),
+            f8row(v.v1, x0, x1, x2, x3, &m1),
+            f8row(v.v2, x0, x1, x2, x3, &m2),
+            f8row(v.v3, x0, x1, x2, x3, &m3),
+        );
         a += scaled(d) * f;
     }
-    // The weights were decoded times 2^8.
+    // The weights were decoded times 2^8; a NaN code poisons its row.
+    let lim = vec4<f32>(114688.0);
+    let nan = vec4<bool>(any(m0 > lim), any(m1 > lim), any(m2 > lim), any(m3 > lim));
     let qnan = bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
-    return select(a * 0.00390625, vec4<f32>(qnan), nan != vec4<u32>(0u));
+    return select(a * 0.00390625, vec4<f32>(qnan), nan);
 }
-
-fn partial(row0: u32, lid: u32) {
-    if (S == 1u) {
-        let a = partial1(row0, lid);
-        acc[0] = a.x;
-        acc[1] = a.y;
-        acc[2] = a.z;
-        acc[3] = a.w;
-        return;
-    }
-    partial_s(row0, lid);
-}
-

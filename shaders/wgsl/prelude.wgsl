@@ -241,3 +241,88 @@ fn e2m1v(n: vec4<u32>) -> vec4<f32> {
     return select(mag, -mag, (n & vec4<u32>(8u)) != vec4<u32>(0u));
 }
 
+
+// ---- S = 1 helpers (issue #5's speed case) --------------------------------------------------
+
+// Chunk c of row `row` (rows of rb bytes): one 16-byte load when rows are 16-byte aligned.
+fn rowc(row: u32, c: u32, rb: u32) -> vec4<u32> {
+    if ((rb & 15u) == 0u) {
+        return wq[row * (rb >> 4u) + c];
+    }
+    let base = row * rb;
+    return load16(base + 16u * c, base + rb);
+}
+
+// One 16-byte chunk of each of a workgroup's 4 rows.
+struct Rows4 {
+    v0: vec4<u32>,
+    v1: vec4<u32>,
+    v2: vec4<u32>,
+    v3: vec4<u32>,
+}
+
+// Chunk c of rows r0..r3 (rows past ROWS read as zero without a load).
+fn rows4(r: vec4<u32>, c: u32, rb: u32) -> Rows4 {
+    var q: Rows4;
+    q.v0 = rowc(r.x, c, rb);
+    if (ROWS > 1u) {
+        q.v1 = rowc(r.y, c, rb);
+    }
+    if (ROWS > 2u) {
+        q.v2 = rowc(r.z, c, rb);
+    }
+    if (ROWS > 3u) {
+        q.v3 = rowc(r.w, c, rb);
+    }
+    return q;
+}
+
+// Swaps the nibbles of every byte of w under MUTATE 1.
+fn nib_order(w: u32) -> u32 {
+    if (MUTATE == 1u) {
+        return ((w & 0x0F0F0F0Fu) << 4u) | ((w >> 4u) & 0x0F0F0F0Fu);
+    }
+    return w;
+}
+
+// Nibbles j = 0..3 of w in place, as n_j 16^j + 2^23 (exact f32): one mask-and-or a weight,
+// no shift. The caller subtracts the offset vector and scales component j by 16^-j once.
+fn nib_in_place(w: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>((vec4<u32>(w) & vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u)) | vec4<u32>(0x4B000000u));
+}
+
+// 16^-j, j = 0..3: undoes nib_in_place's positions.
+const NIB_POS: vec4<f32> = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
+
+// The activations of 16-byte chunk c of a 4-bit row (weights 32 c .. 32 c + 31).
+struct X8 {
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    x3: vec4<f32>,
+    x4: vec4<f32>,
+    x5: vec4<f32>,
+    x6: vec4<f32>,
+    x7: vec4<f32>,
+}
+
+fn x8(c: u32) -> X8 {
+    let xi = 8u * c;
+    return X8(xv[xi], xv[xi + 1u], xv[xi + 2u], xv[xi + 3u], xv[xi + 4u], xv[xi + 5u], xv[xi + 6u], xv[xi + 7u]);
+}
+
+// One row's chunk w (32 offset-binary nibbles, q + 8) against its activations x, per nibble
+// position: component j sums nibbles j and j + 4 of each word, times 16^j (dot with NIB_POS
+// for the sum); (q - 8) 16^j is nib_in_place minus (8 16^j + 2^23), exact. Per weight: one
+// mask-and-or, one subtraction, one multiply-add.
+fn q4row(w: vec4<u32>, x: X8) -> vec4<f32> {
+    let off = vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    let a = nib_order(w.x);
+    let b = nib_order(w.y);
+    let c = nib_order(w.z);
+    let d = nib_order(w.w);
+    return (nib_in_place(a) - off) * x.x0 + (nib_in_place(a >> 16u) - off) * x.x1
+        + (nib_in_place(b) - off) * x.x2 + (nib_in_place(b >> 16u) - off) * x.x3
+        + (nib_in_place(c) - off) * x.x4 + (nib_in_place(c >> 16u) - off) * x.x5
+        + (nib_in_place(d) - off) * x.x6 + (nib_in_place(d >> 16u) - off) * x.x7;
+}

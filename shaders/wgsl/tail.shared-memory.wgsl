@@ -16,15 +16,24 @@ fn main(
     if (row0 >= p.o) {
         return;
     }
-    for (var k = 0u; k < 16u; k++) {
-        acc[k] = 0.0;
-        t[k] = 0.0;
-        u[k] = 0.0;
-    }
-    partial(row0, lid);
     let n = ROWS * S;
-    for (var k = 0u; k < n; k++) {
-        red[k * WG + lid] = acc[k];
+    if (S == 1u && fast1()) {
+        // The family's S = 1 path: the row partials in one vector, no private arrays.
+        let a = partial1(row0, lid);
+        red[lid] = a.x;
+        red[WG + lid] = a.y;
+        red[2u * WG + lid] = a.z;
+        red[3u * WG + lid] = a.w;
+    } else {
+        for (var k = 0u; k < 16u; k++) {
+            acc[k] = 0.0;
+            t[k] = 0.0;
+            u[k] = 0.0;
+        }
+        partial(row0, lid);
+        for (var k = 0u; k < n; k++) {
+            red[k * WG + lid] = acc[k];
+        }
     }
     workgroupBarrier();
     // Invocation lid sums 16 of value lid / 8's 128 partials ...

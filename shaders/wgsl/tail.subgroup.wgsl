@@ -20,17 +20,28 @@ fn main(
     if (row0 >= p.o) {
         return;
     }
-    for (var k = 0u; k < 16u; k++) {
-        acc[k] = 0.0;
-        t[k] = 0.0;
-        u[k] = 0.0;
-    }
-    partial(row0, lid);
     let n = ROWS * S;
-    for (var k = 0u; k < n; k++) {
-        let v = subgroupAdd(acc[k]);
+    if (S == 1u && fast1()) {
+        // The family's S = 1 path: the row partials in one vector, no private arrays.
+        let v = subgroupAdd(partial1(row0, lid));
         if (sgi == 0u) {
-            red[k * 32u + sgid] = v;
+            red[sgid] = v.x;
+            red[32u + sgid] = v.y;
+            red[64u + sgid] = v.z;
+            red[96u + sgid] = v.w;
+        }
+    } else {
+        for (var k = 0u; k < 16u; k++) {
+            acc[k] = 0.0;
+            t[k] = 0.0;
+            u[k] = 0.0;
+        }
+        partial(row0, lid);
+        for (var k = 0u; k < n; k++) {
+            let v = subgroupAdd(acc[k]);
+            if (sgi == 0u) {
+                red[k * 32u + sgid] = v;
+            }
         }
     }
     workgroupBarrier();

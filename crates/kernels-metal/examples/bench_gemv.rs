@@ -10,7 +10,7 @@
 //! beside the timestamps. The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
 //! weights are never in the L2.
 //!
-//! Usage: bench_gemv [--quick] [--no-sweep] [--warm-ms 300] [--formats a,b] [--batches 1,16]
+//! Usage: bench_gemv [--quick] [--no-sweep] [--warm-ms 1500] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--rotate-mb 512] [--copy-mb 1024]
 //!                   [--record FILE]
 //! Adapter: TESSERA_WGPU_ADAPTER=<name substring>. Prints markdown tables on stdout (the
@@ -56,16 +56,18 @@ struct Opts {
     copy_bytes: u64,
     /// Where to write the perf record (xtask's schema), if anywhere.
     record: Option<String>,
-    /// Sustained dispatches of the kernel under test before it is timed (default 300 ms):
-    /// the H200 starts a fresh process at low SM clocks, and without this the first
-    /// formats timed ran up to 5x slow (issue #5's int4-row "regression").
+    /// Sustained dispatches of the kernel under test before it is timed (default 1500 ms):
+    /// the H200 drops its SM clock to 345 MHz about 2 s after the GPU goes idle (the host
+    /// encodes each format's weights meanwhile); with 300 ms the first kernel after such a
+    /// gap was sometimes timed at that clock, 4-5x slow (issue #5's int4-row "regression";
+    /// docs/VULKAN.md).
     warm: std::time::Duration,
 }
 
 fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 50,
-        warm: std::time::Duration::from_millis(300),
+        warm: std::time::Duration::from_millis(1500),
         sweep: true,
         formats: FORMATS.to_vec(),
         batches: vec![1, 16],
@@ -463,7 +465,7 @@ fn time_gemv(
     let t_warm = Instant::now();
     while t_warm.elapsed() < warm {
         let mut enc = b.device().create_command_encoder(&Default::default());
-        for k in 0..reps.max(20) {
+        for k in 0..reps.max(100) {
             run(&mut enc, k, None);
         }
         b.queue().submit([enc.finish()]);

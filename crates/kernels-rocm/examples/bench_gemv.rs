@@ -14,7 +14,7 @@
 //! output rows of each (format, S) are checked against the f64 oracle.
 //!
 //! Usage: bench_gemv [--quick] [--reps N] [--formats a,b] [--batches 1,16]
-//!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N] [--warm-ms 300]
+//!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N] [--warm-ms 1500]
 //! Prints a markdown table; with $OUT set also writes $OUT/bench_gemv_vulkan.json. Without
 //! a Vulkan device it prints "skipped: ..." and exits 0.
 
@@ -40,8 +40,9 @@ struct Opts {
     copy_mb: u64,
     rotate_mb: usize,
     /// Sustained timing runs of the kernel under test, discarded, before it is timed
-    /// (default 300 ms): the H200 starts a fresh process at low SM clocks, and without this
-    /// the first formats timed ran up to 5x slow.
+    /// (default 1500 ms): the H200 drops its SM clock to 345 MHz about 2 s after the GPU
+    /// goes idle (the host encodes each format's weights meanwhile); with 300 ms the first
+    /// kernel after such a gap was sometimes timed at that clock, 4-5x slow (docs/VULKAN.md).
     warm_ms: u64,
 }
 
@@ -57,7 +58,7 @@ fn parse_args() -> Result<Opts, String> {
         shapes: vec![(6144, 16384)],
         copy_mb: 1024,
         rotate_mb: 512,
-        warm_ms: 300,
+        warm_ms: 1500,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -211,7 +212,7 @@ fn main() {
                 let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
                 let t_warm = std::time::Instant::now();
                 while t_warm.elapsed().as_millis() < u128::from(opts.warm_ms) {
-                    b.time_gemv(&refs, &x, s, opts.reps.max(20))
+                    b.time_gemv(&refs, &x, s, opts.reps.max(100))
                         .unwrap_or_else(|e| fail(e));
                 }
                 let secs = median(

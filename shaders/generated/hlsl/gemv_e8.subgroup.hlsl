@@ -22,6 +22,7 @@ struct Params {
 };
 
 static const uint WG = 128u;
+static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
 static const uint ROWS = 4u;
 static const uint MUTATE = 0u;
@@ -37,7 +38,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_2 : SV_GroupIndex;
+    uint lid_3 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -286,6 +287,16 @@ void partial(uint row0_, uint lid_1)
     return;
 }
 
+bool fast1_()
+{
+    return false;
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    return (0.0).xxxx;
+}
+
 [numthreads(128, 1, 1)]
 void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_GroupIndex)
 {
@@ -295,61 +306,80 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_2;
+    uint lid = computeinput_main.lid_3;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_2 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
+    bool local = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_1 >= _e15)) {
+    if ((row0_2 >= _e15)) {
         return;
     }
-    bool loop_init_5 = true;
-    while(true) {
-        if (!loop_init_5) {
-            uint _e35 = k;
-            k = (_e35 + 1u);
-        }
-        loop_init_5 = false;
-        uint _e19 = k;
-        if ((_e19 < 16u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc[min(uint(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t[min(uint(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u[min(uint(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        const bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_1, lid);
-    bool loop_init_6 = true;
-    while(true) {
-        if (!loop_init_6) {
-            uint _e60 = k_1;
-            k_1 = (_e60 + 1u);
+    bool _e30 = local;
+    if (_e30) {
+        const float4 _e31 = partial1_(row0_2, lid);
+        const float4 _e32 = WaveActiveSum(_e31);
+        if ((sgi == 0u)) {
+            red[min(uint(sgid), 511u)] = _e32.x;
+            red[min(uint((32u + sgid)), 511u)] = _e32.y;
+            red[min(uint((64u + sgid)), 511u)] = _e32.z;
+            red[min(uint((96u + sgid)), 511u)] = _e32.w;
         }
-        loop_init_6 = false;
-        uint _e44 = k_1;
-        if ((_e44 < 4u)) {
-        } else {
-            break;
+    } else {
+        bool loop_init_5 = true;
+        while(true) {
+            if (!loop_init_5) {
+                uint _e71 = k;
+                k = (_e71 + 1u);
+            }
+            loop_init_5 = false;
+            uint _e55 = k;
+            if ((_e55 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc[min(uint(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t[min(uint(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u[min(uint(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc[min(uint(_e47), 15u)];
-            const float _e50 = WaveActiveSum(_e49);
-            if ((sgi == 0u)) {
-                uint _e54 = k_1;
-                red[min(uint(((_e54 * 32u) + sgid)), 511u)] = _e50;
+        partial(row0_2, lid);
+        bool loop_init_6 = true;
+        while(true) {
+            if (!loop_init_6) {
+                uint _e91 = k_1;
+                k_1 = (_e91 + 1u);
+            }
+            loop_init_6 = false;
+            uint _e75 = k_1;
+            if ((_e75 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc[min(uint(_e78), 15u)];
+                const float _e81 = WaveActiveSum(_e80);
+                if ((sgi == 0u)) {
+                    uint _e85 = k_1;
+                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                }
             }
         }
     }
@@ -358,28 +388,28 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
         bool loop_init_7 = true;
         while(true) {
             if (!loop_init_7) {
-                uint _e79 = m;
-                m = (_e79 + 1u);
+                uint _e110 = m;
+                m = (_e110 + 1u);
             }
             loop_init_7 = false;
-            uint _e67 = m;
-            if ((_e67 < nsg)) {
+            uint _e98 = m;
+            if ((_e98 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red[min(uint(((lid * 32u) + _e73)), 511u)];
-                v = (_e69 + _e76);
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
+                v = (_e100 + _e107);
             }
         }
-        uint row = (row0_1 + naga_div(lid, S));
-        uint _e86 = p.o;
-        if ((row < _e86)) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row)*4, asuint(_e97));
+        uint row = (row0_2 + naga_div(lid, S));
+        uint _e117 = p.o;
+        if ((row < _e117)) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y.Store(((naga_mod(lid, S) * _e124) + row)*4, asuint(_e128));
             return;
         } else {
             return;

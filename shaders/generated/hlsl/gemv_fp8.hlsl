@@ -21,7 +21,15 @@ struct Params {
     uint reserved1_;
 };
 
+struct Rows4_ {
+    uint4 v0_;
+    uint4 v1_;
+    uint4 v2_;
+    uint4 v3_;
+};
+
 static const uint WG = 128u;
+static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
 static const uint ROWS = 4u;
 static const uint MUTATE = 0u;
@@ -68,14 +76,14 @@ uint keep_before(uint v_1, uint b_1, uint end)
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local = (bool)0;
+    bool local_1 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local = ((b_2 + 16u) <= end_1);
+        local_1 = ((b_2 + 16u) <= end_1);
     } else {
-        local = false;
+        local_1 = false;
     }
-    bool _e12 = local;
+    bool _e12 = local_1;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -240,6 +248,40 @@ float4 e4m3v(uint w_1)
     return (((_e1 & (128u).xxxx) != (0u).xxxx) ? -(mag) : mag);
 }
 
+uint4 rowc(uint row, uint c, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c)*16));
+        return _e13;
+    }
+    uint base = (row * rb);
+    const uint4 _e19 = load16_((base + (16u * c)), (base + rb));
+    return _e19;
+}
+
+Rows4_ rows4_(uint4 r_2, uint c_1, uint rb_1)
+{
+    Rows4_ q_1 = (Rows4_)0;
+
+    const uint4 _e6 = rowc(r_2.x, c_1, rb_1);
+    q_1.v0_ = _e6;
+    if (true) {
+        const uint4 _e13 = rowc(r_2.y, c_1, rb_1);
+        q_1.v1_ = _e13;
+    }
+    if (true) {
+        const uint4 _e20 = rowc(r_2.z, c_1, rb_1);
+        q_1.v2_ = _e20;
+    }
+    if (true) {
+        const uint4 _e27 = rowc(r_2.w, c_1, rb_1);
+        q_1.v3_ = _e27;
+    }
+    Rows4_ _e28 = q_1;
+    const Rows4_ rows4_1 = _e28;
+    return rows4_1;
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -253,78 +295,78 @@ float ZeroValuefloat() {
     return (float)0;
 }
 
-void partial_s(uint row0_, uint lid_1)
+void partial(uint row0_, uint lid_1)
 {
     uint nan[4] = (uint[4])0;
-    uint c = (uint)0;
+    uint c_2 = (uint)0;
     uint4 v_3[4] = (uint4[4])0;
-    uint r_2 = (uint)0;
     uint r_3 = (uint)0;
+    uint r_4 = (uint)0;
     uint k_5 = (uint)0;
     float d_2 = (float)0;
-    uint r_4 = 0u;
+    uint r_5 = 0u;
 
-    uint rb_1 = p.row_bytes;
-    uint nch = naga_div((rb_1 + 15u), 16u);
+    uint rb_2 = p.row_bytes;
+    uint nch = naga_div((rb_2 + 15u), 16u);
     uint tpr = p.sc_row;
-    c = lid_1;
+    c_2 = lid_1;
     bool loop_init_3 = true;
     while(true) {
         if (!loop_init_3) {
-            uint _e107 = c;
-            c = (_e107 + WG);
+            uint _e107 = c_2;
+            c_2 = (_e107 + WG);
         }
         loop_init_3 = false;
-        uint _e14 = c;
+        uint _e14 = c_2;
         if ((_e14 < nch)) {
         } else {
             break;
         }
         {
             v_3 = ZeroValuearray4_uint4_();
-            r_2 = 0u;
+            r_3 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e41 = r_2;
-                    r_2 = (_e41 + 1u);
+                    uint _e41 = r_3;
+                    r_3 = (_e41 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e20 = r_2;
+                uint _e20 = r_3;
                 if ((_e20 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e23 = r_2;
-                    uint base = ((row0_ + _e23) * rb_1);
-                    uint _e26 = r_2;
+                    uint _e23 = r_3;
+                    uint base_1 = ((row0_ + _e23) * rb_2);
+                    uint _e26 = r_3;
                     uint _e30 = p.o;
                     if (((row0_ + _e26) < _e30)) {
-                        uint _e32 = r_2;
-                        uint _e35 = c;
-                        const uint4 _e39 = load16_((base + (16u * _e35)), (base + rb_1));
+                        uint _e32 = r_3;
+                        uint _e35 = c_2;
+                        const uint4 _e39 = load16_((base_1 + (16u * _e35)), (base_1 + rb_2));
                         v_3[min(uint(_e32), 3u)] = _e39;
                     }
                 }
             }
-            uint _e44 = c;
+            uint _e44 = c_2;
             uint i0_ = (16u * _e44);
-            r_3 = 0u;
+            r_4 = 0u;
             bool loop_init_5 = true;
             while(true) {
                 if (!loop_init_5) {
-                    uint _e105 = r_3;
-                    r_3 = (_e105 + 1u);
+                    uint _e105 = r_4;
+                    r_4 = (_e105 + 1u);
                 }
                 loop_init_5 = false;
-                uint _e48 = r_3;
+                uint _e48 = r_4;
                 if ((_e48 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e51 = r_3;
+                    uint _e51 = r_4;
                     uint row_1 = (row0_ + _e51);
                     uint _e55 = p.o;
                     if ((row_1 < _e55)) {
@@ -342,14 +384,14 @@ void partial_s(uint row0_, uint lid_1)
                                 break;
                             }
                             {
-                                uint _e62 = r_3;
+                                uint _e62 = r_4;
                                 uint _e64 = k_5;
-                                uint w_6 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
-                                uint _e67 = r_3;
+                                uint w_4 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
+                                uint _e67 = r_4;
                                 uint _e69 = nan[min(uint(_e67), 3u)];
-                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u));
+                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_4 & 2139062143u) + 16843009u) & 2155905152u));
                                 uint _e78 = k_5;
-                                const float4 _e81 = e4m3v(w_6);
+                                const float4 _e81 = e4m3v(w_4);
                                 tdot((i0_ + (4u * _e78)), _e81);
                             }
                         }
@@ -364,7 +406,7 @@ void partial_s(uint row0_, uint lid_1)
                             const float _e100 = scale_f32_(tk);
                             d_2 = _e100;
                         }
-                        uint _e101 = r_3;
+                        uint _e101 = r_4;
                         float _e102 = d_2;
                         const float _e103 = scaled(_e102);
                         fold(_e101, _e103);
@@ -376,20 +418,20 @@ void partial_s(uint row0_, uint lid_1)
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e122 = r_4;
-            r_4 = (_e122 + 1u);
+            uint _e122 = r_5;
+            r_5 = (_e122 + 1u);
         }
         loop_init_7 = false;
-        uint _e112 = r_4;
+        uint _e112 = r_5;
         if ((_e112 < ROWS)) {
         } else {
             break;
         }
         {
-            uint _e115 = r_4;
+            uint _e115 = r_5;
             uint _e117 = nan[min(uint(_e115), 3u)];
             if ((_e117 != 0u)) {
-                uint _e120 = r_4;
+                uint _e120 = r_5;
                 poison(_e120);
             }
         }
@@ -397,185 +439,118 @@ void partial_s(uint row0_, uint lid_1)
     return;
 }
 
-uint4 rowc(uint row, uint c_1, uint rb)
+bool fast1_()
 {
-    if (((rb & 15u) == 0u)) {
-        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
-        return _e13;
-    }
-    uint base_1 = (row * rb);
-    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
-    return _e19;
+    return true;
 }
 
-float4 e4m3_fast(uint w_2)
+uint4 e4m3_bits(uint w_2)
 {
-    uint4 m_3 = (uint4((w_2 << 20u), (w_2 << 12u), (w_2 << 4u), (w_2 >> 4u)) & (133169152u).xxxx);
-    uint4 sg = (uint4((w_2 << 24u), (w_2 << 16u), (w_2 << 8u), w_2) & (2147483648u).xxxx);
-    return asfloat(((m_3 | sg) | (1073741824u).xxxx));
+    return asuint((asint(uint4((w_2 << 24u), (w_2 << 16u), (w_2 << 8u), w_2)) >> (4u).xxxx));
 }
 
-uint e4m3_special(uint w_3)
+float4 e4m3_mag(uint4 v_4)
 {
-    uint t_1 = (w_3 & 2139062143u);
-    return ((~((t_1 + 2021161080u)) | (t_1 + 16843009u)) & 2155905152u);
+    return asfloat(((v_4 & (133169152u).xxxx) | (1073741824u).xxxx));
 }
 
-float4 e4m3_w(uint w_4, inout uint nan_1)
+float4 e4m3_signed(uint4 v_5, float4 f)
 {
-    const uint _e2 = e4m3_special(w_4);
-    if ((_e2 != 0u)) {
-        uint _e5 = nan_1;
-        nan_1 = (_e5 | (((w_4 & 2139062143u) + 16843009u) & 2155905152u));
-        const float4 _e13 = e4m3v(w_4);
-        return (_e13 * 256.0);
-    }
-    const float4 _e16 = e4m3_fast(w_4);
-    return _e16;
+    float4 m_3 = min(f, ((2.0 * f) - (4.0).xxxx));
+    return asfloat((asuint(m_3) | (v_5 & (2147483648u).xxxx)));
 }
 
-float4 f8dotx4_(uint4 w_5, float4 xk, inout uint4 nan_2)
+float f8row(uint4 w_3, float4 x0_, float4 x1_, float4 x2_, float4 x3_, inout float4 mx)
 {
-    uint n0_ = 0u;
-    uint n1_ = 0u;
-    uint n2_ = 0u;
-    uint n3_ = 0u;
-
-    const float4 _e12 = e4m3_w(w_5.x, n0_);
-    const float4 _e15 = e4m3_w(w_5.y, n1_);
-    const float4 _e18 = e4m3_w(w_5.z, n2_);
-    const float4 _e21 = e4m3_w(w_5.w, n3_);
-    float4 r_5 = float4(dot(_e12, xk), dot(_e15, xk), dot(_e18, xk), dot(_e21, xk));
-    uint4 _e24 = nan_2;
-    uint _e25 = n0_;
-    uint _e26 = n1_;
-    uint _e27 = n2_;
-    uint _e28 = n3_;
-    nan_2 = (_e24 | uint4(_e25, _e26, _e27, _e28));
-    return r_5;
+    const uint4 _e7 = e4m3_bits(w_3.x);
+    const uint4 _e9 = e4m3_bits(w_3.y);
+    const uint4 _e11 = e4m3_bits(w_3.z);
+    const uint4 _e13 = e4m3_bits(w_3.w);
+    const float4 _e14 = e4m3_mag(_e7);
+    const float4 _e15 = e4m3_mag(_e9);
+    const float4 _e16 = e4m3_mag(_e11);
+    const float4 _e17 = e4m3_mag(_e13);
+    float4 _e18 = mx;
+    mx = max(_e18, max(max(_e14, _e15), max(_e16, _e17)));
+    const float4 _e23 = e4m3_signed(_e7, _e14);
+    const float4 _e25 = e4m3_signed(_e9, _e15);
+    const float4 _e28 = e4m3_signed(_e11, _e16);
+    const float4 _e31 = e4m3_signed(_e13, _e17);
+    return (((dot(_e23, x0_) + dot(_e25, x1_)) + dot(_e28, x2_)) + dot(_e31, x3_));
 }
 
 float4 partial1_(uint row0_1, uint lid_2)
 {
     float4 a = (0.0).xxxx;
-    uint4 nan_3 = (0u).xxxx;
-    uint c_2 = (uint)0;
-    uint4 v1_ = (uint4)0;
-    uint4 v2_ = (uint4)0;
-    uint4 v3_ = (uint4)0;
+    float4 m0_ = (0.0).xxxx;
+    float4 m1_ = (0.0).xxxx;
+    float4 m2_ = (0.0).xxxx;
+    float4 m3_ = (0.0).xxxx;
+    uint c_3 = (uint)0;
     float d_3 = (float)0;
-    float4 f = (float4)0;
 
-    uint rb_2 = p.row_bytes;
-    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div((rb_3 + 15u), 16u);
     uint tpr_1 = p.sc_row;
     uint _e14 = p.o;
     uint last = (_e14 - 1u);
-    uint r1_ = min((row0_1 + 1u), last);
-    uint r2_ = min((row0_1 + 2u), last);
-    uint r3_ = min((row0_1 + 3u), last);
+    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
     uint band = (naga_div(row0_1, 128u) * tpr_1);
-    c_2 = lid_2;
+    c_3 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e153 = c_2;
-            c_2 = (_e153 + WG);
+            uint _e101 = c_3;
+            c_3 = (_e101 + WG);
         }
         loop_init_8 = false;
-        uint _e36 = c_2;
-        if ((_e36 < nch_1)) {
+        uint _e46 = c_3;
+        if ((_e46 < nch_1)) {
         } else {
             break;
         }
         {
-            uint _e38 = c_2;
-            const uint4 _e39 = rowc(row0_1, _e38, rb_2);
-            v1_ = (0u).xxxx;
-            v2_ = (0u).xxxx;
-            v3_ = (0u).xxxx;
-            if (true) {
-                uint _e53 = c_2;
-                const uint4 _e54 = rowc(r1_, _e53, rb_2);
-                v1_ = _e54;
-            }
-            if (true) {
-                uint _e59 = c_2;
-                const uint4 _e60 = rowc(r2_, _e59, rb_2);
-                v2_ = _e60;
-            }
-            if (true) {
-                uint _e65 = c_2;
-                const uint4 _e66 = rowc(r3_, _e65, rb_2);
-                v3_ = _e66;
-            }
-            uint _e68 = c_2;
-            const uint _e72 = group(naga_div((16u * _e68), 128u), tpr_1);
-            uint tk_1 = (band + _e72);
+            uint _e48 = c_3;
+            const Rows4_ _e49 = rows4_(rr, _e48, rb_3);
+            uint _e51 = c_3;
+            const uint _e55 = group(naga_div((16u * _e51), 128u), tpr_1);
+            uint tk_1 = (band + _e55);
             d_3 = ZeroValuefloat();
             if (false) {
-                const uint _e80 = scale_byte(tk_1);
-                const float _e81 = ue8m0_(_e80);
-                d_3 = _e81;
+                const uint _e63 = scale_byte(tk_1);
+                const float _e64 = ue8m0_(_e63);
+                d_3 = _e64;
             } else {
-                const float _e82 = scale_f32_(tk_1);
-                d_3 = _e82;
+                const float _e65 = scale_f32_(tk_1);
+                d_3 = _e65;
             }
-            uint _e84 = c_2;
-            uint xi = (4u * _e84);
-            uint _e88 = v1_.x;
-            uint _e90 = v2_.x;
-            uint _e92 = v3_.x;
-            float4 _e96 = asfloat(xv.Load4(xi*16));
-            const float4 _e97 = f8dotx4_(uint4(_e39.x, _e88, _e90, _e92), _e96, nan_3);
-            f = _e97;
-            float4 _e99 = f;
-            uint _e102 = v1_.y;
-            uint _e104 = v2_.y;
-            uint _e106 = v3_.y;
-            float4 _e112 = asfloat(xv.Load4((xi + 1u)*16));
-            const float4 _e113 = f8dotx4_(uint4(_e39.y, _e102, _e104, _e106), _e112, nan_3);
-            f = (_e99 + _e113);
-            float4 _e115 = f;
-            uint _e118 = v1_.z;
-            uint _e120 = v2_.z;
-            uint _e122 = v3_.z;
-            float4 _e128 = asfloat(xv.Load4((xi + 2u)*16));
-            const float4 _e129 = f8dotx4_(uint4(_e39.z, _e118, _e120, _e122), _e128, nan_3);
-            f = (_e115 + _e129);
-            float4 _e131 = f;
-            uint _e134 = v1_.w;
-            uint _e136 = v2_.w;
-            uint _e138 = v3_.w;
-            float4 _e144 = asfloat(xv.Load4((xi + 3u)*16));
-            const float4 _e145 = f8dotx4_(uint4(_e39.w, _e134, _e136, _e138), _e144, nan_3);
-            f = (_e131 + _e145);
-            float4 _e147 = a;
-            float _e148 = d_3;
-            const float _e149 = scaled(_e148);
-            float4 _e150 = f;
-            a = (_e147 + (_e149 * _e150));
+            uint _e67 = c_3;
+            uint xi = (4u * _e67);
+            float4 x0_1 = asfloat(xv.Load4(xi*16));
+            float4 x1_1 = asfloat(xv.Load4((xi + 1u)*16));
+            float4 x2_1 = asfloat(xv.Load4((xi + 2u)*16));
+            float4 x3_1 = asfloat(xv.Load4((xi + 3u)*16));
+            const float _e88 = f8row(_e49.v0_, x0_1, x1_1, x2_1, x3_1, m0_);
+            const float _e90 = f8row(_e49.v1_, x0_1, x1_1, x2_1, x3_1, m1_);
+            const float _e92 = f8row(_e49.v2_, x0_1, x1_1, x2_1, x3_1, m2_);
+            const float _e94 = f8row(_e49.v3_, x0_1, x1_1, x2_1, x3_1, m3_);
+            float4 f_1 = float4(_e88, _e90, _e92, _e94);
+            float4 _e96 = a;
+            float _e97 = d_3;
+            const float _e98 = scaled(_e97);
+            a = (_e96 + (_e98 * f_1));
         }
     }
-    uint _e159 = p.reserved0_;
-    float qnan = asfloat((2143289344u + (_e159 * 0u)));
-    float4 _e164 = a;
-    uint4 _e168 = nan_3;
-    return ((_e168 != (0u).xxxx) ? (qnan).xxxx : (_e164 * 0.00390625));
-}
-
-void partial(uint row0_2, uint lid_3)
-{
-    if (true) {
-        const float4 _e6 = partial1_(row0_2, lid_3);
-        acc[0] = _e6.x;
-        acc[1] = _e6.y;
-        acc[2] = _e6.z;
-        acc[3] = _e6.w;
-        return;
-    }
-    partial_s(row0_2, lid_3);
-    return;
+    float4 lim = (114688.0).xxxx;
+    float4 _e106 = m0_;
+    float4 _e109 = m1_;
+    float4 _e112 = m2_;
+    float4 _e115 = m3_;
+    bool4 nan_1 = bool4(any((_e106 > lim)), any((_e109 > lim)), any((_e112 > lim)), any((_e115 > lim)));
+    uint _e122 = p.reserved0_;
+    float qnan = asfloat((2143289344u + (_e122 * 0u)));
+    float4 _e127 = a;
+    return (nan_1 ? (qnan).xxxx : (_e127 * 0.00390625));
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -589,6 +564,7 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red = (float[2048])0;
     }
     GroupMemoryBarrierWithGroupSync();
+    bool local = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
     float part = 0.0;
@@ -596,50 +572,65 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     float v = 0.0;
     uint m_1 = 0u;
 
-    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e12 = p.o;
-    if ((row0_3 >= _e12)) {
+    if ((row0_2 >= _e12)) {
         return;
     }
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e32 = k;
-            k = (_e32 + 1u);
-        }
-        loop_init_9 = false;
-        uint _e16 = k;
-        if ((_e16 < 16u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e20 = k;
-            acc[min(uint(_e20), 15u)] = 0.0;
-            uint _e24 = k;
-            t[min(uint(_e24), 15u)] = 0.0;
-            uint _e28 = k;
-            u[min(uint(_e28), 15u)] = 0.0;
-        }
+    if (true) {
+        const bool _e25 = fast1_();
+        local = _e25;
+    } else {
+        local = false;
     }
-    partial(row0_3, lid);
-    bool loop_init_10 = true;
-    while(true) {
-        if (!loop_init_10) {
-            uint _e54 = k_1;
-            k_1 = (_e54 + 1u);
+    bool _e27 = local;
+    if (_e27) {
+        const float4 _e28 = partial1_(row0_2, lid);
+        red[min(uint(lid), 2047u)] = _e28.x;
+        red[min(uint((WG + lid)), 2047u)] = _e28.y;
+        red[min(uint((256u + lid)), 2047u)] = _e28.z;
+        red[min(uint((384u + lid)), 2047u)] = _e28.w;
+    } else {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e65 = k;
+                k = (_e65 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e49 = k;
+            if ((_e49 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e53 = k;
+                acc[min(uint(_e53), 15u)] = 0.0;
+                uint _e57 = k;
+                t[min(uint(_e57), 15u)] = 0.0;
+                uint _e61 = k;
+                u[min(uint(_e61), 15u)] = 0.0;
+            }
         }
-        loop_init_10 = false;
-        uint _e41 = k_1;
-        if ((_e41 < 4u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e44 = k_1;
-            uint _e50 = k_1;
-            float _e52 = acc[min(uint(_e50), 15u)];
-            red[min(uint(((_e44 * WG) + lid)), 2047u)] = _e52;
+        partial(row0_2, lid);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e82 = k_1;
+                k_1 = (_e82 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e69 = k_1;
+            if ((_e69 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e72 = k_1;
+                uint _e78 = k_1;
+                float _e80 = acc[min(uint(_e78), 15u)];
+                red[min(uint(((_e72 * WG) + lid)), 2047u)] = _e80;
+            }
         }
     }
     GroupMemoryBarrierWithGroupSync();
@@ -648,53 +639,53 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e81 = m;
-                m = (_e81 + 1u);
+                uint _e109 = m;
+                m = (_e109 + 1u);
             }
             loop_init_11 = false;
-            uint _e63 = m;
-            if ((_e63 < 16u)) {
+            uint _e91 = m;
+            if ((_e91 < 16u)) {
             } else {
                 break;
             }
             {
-                float _e66 = part;
-                uint _e75 = m;
-                float _e78 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e75)), 2047u)];
-                part = (_e66 + _e78);
+                float _e94 = part;
+                uint _e103 = m;
+                float _e106 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e103)), 2047u)];
+                part = (_e94 + _e106);
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
-    float _e85 = part;
-    red[min(uint(lid), 2047u)] = _e85;
+    float _e113 = part;
+    red[min(uint(lid), 2047u)] = _e113;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
         bool loop_init_12 = true;
         while(true) {
             if (!loop_init_12) {
-                uint _e104 = m_1;
-                m_1 = (_e104 + 1u);
+                uint _e132 = m_1;
+                m_1 = (_e132 + 1u);
             }
             loop_init_12 = false;
-            uint _e91 = m_1;
-            if ((_e91 < 8u)) {
+            uint _e119 = m_1;
+            if ((_e119 < 8u)) {
             } else {
                 break;
             }
             {
-                float _e94 = v;
-                uint _e98 = m_1;
-                float _e101 = red[min(uint(((lid * 8u) + _e98)), 2047u)];
-                v = (_e94 + _e101);
+                float _e122 = v;
+                uint _e126 = m_1;
+                float _e129 = red[min(uint(((lid * 8u) + _e126)), 2047u)];
+                v = (_e122 + _e129);
             }
         }
-        uint row_2 = (row0_3 + naga_div(lid, S));
-        uint _e111 = p.o;
-        if ((row_2 < _e111)) {
-            uint _e118 = p.o;
-            float _e122 = v;
-            y.Store(((naga_mod(lid, S) * _e118) + row_2)*4, asuint(_e122));
+        uint row_2 = (row0_2 + naga_div(lid, S));
+        uint _e139 = p.o;
+        if ((row_2 < _e139)) {
+            uint _e146 = p.o;
+            float _e150 = v;
+            y.Store(((naga_mod(lid, S) * _e146) + row_2)*4, asuint(_e150));
             return;
         } else {
             return;

@@ -28,6 +28,7 @@ ret_Constructarray16_float_ Constructarray16_float_(float arg0, float arg1, floa
 }
 
 static const uint WG = 128u;
+static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const float KV_IQ4NL[16] = Constructarray16_float_(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 static const uint S = 1u;
 static const uint ROWS = 4u;
@@ -292,7 +293,7 @@ void q_block(uint r_2, uint base, uint hbase, uint i0_)
     uint k_4 = 0u;
     uint hi = (uint)0;
     uint4 n_3 = (uint4)0;
-    bool local = (bool)0;
+    bool local_1 = (bool)0;
     float d_3 = (float)0;
 
     const uint _e4 = bytes4_(hbase);
@@ -371,11 +372,11 @@ void q_block(uint r_2, uint base, uint hbase, uint i0_)
                     uint j = ((16u * _e76) + (4u * _e79));
                     uint i_3 = (i0_ + j);
                     if (true) {
-                        local = false;
+                        local_1 = false;
                     } else {
-                        local = true;
+                        local_1 = true;
                     }
-                    bool _e95 = local;
+                    bool _e95 = local_1;
                     if (_e95) {
                         uint4 _e96 = n_3;
                         uint _e97 = qh;
@@ -507,6 +508,16 @@ void partial(uint row0_, uint lid_1)
     return;
 }
 
+bool fast1_()
+{
+    return false;
+}
+
+float4 partial1_(uint row0_1, uint lid_2)
+{
+    return (0.0).xxxx;
+}
+
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
@@ -518,6 +529,7 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red = (float[2048])0;
     }
     GroupMemoryBarrierWithGroupSync();
+    bool local = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
     float part = 0.0;
@@ -525,50 +537,65 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     float v = 0.0;
     uint m_1 = 0u;
 
-    uint row0_1 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e12 = p.o;
-    if ((row0_1 >= _e12)) {
+    if ((row0_2 >= _e12)) {
         return;
     }
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e32 = k;
-            k = (_e32 + 1u);
-        }
-        loop_init_9 = false;
-        uint _e16 = k;
-        if ((_e16 < 16u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e20 = k;
-            acc[min(uint(_e20), 15u)] = 0.0;
-            uint _e24 = k;
-            t[min(uint(_e24), 15u)] = 0.0;
-            uint _e28 = k;
-            u[min(uint(_e28), 15u)] = 0.0;
-        }
+    if (true) {
+        const bool _e25 = fast1_();
+        local = _e25;
+    } else {
+        local = false;
     }
-    partial(row0_1, lid);
-    bool loop_init_10 = true;
-    while(true) {
-        if (!loop_init_10) {
-            uint _e54 = k_1;
-            k_1 = (_e54 + 1u);
+    bool _e27 = local;
+    if (_e27) {
+        const float4 _e28 = partial1_(row0_2, lid);
+        red[min(uint(lid), 2047u)] = _e28.x;
+        red[min(uint((WG + lid)), 2047u)] = _e28.y;
+        red[min(uint((256u + lid)), 2047u)] = _e28.z;
+        red[min(uint((384u + lid)), 2047u)] = _e28.w;
+    } else {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e65 = k;
+                k = (_e65 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e49 = k;
+            if ((_e49 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e53 = k;
+                acc[min(uint(_e53), 15u)] = 0.0;
+                uint _e57 = k;
+                t[min(uint(_e57), 15u)] = 0.0;
+                uint _e61 = k;
+                u[min(uint(_e61), 15u)] = 0.0;
+            }
         }
-        loop_init_10 = false;
-        uint _e41 = k_1;
-        if ((_e41 < 4u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e44 = k_1;
-            uint _e50 = k_1;
-            float _e52 = acc[min(uint(_e50), 15u)];
-            red[min(uint(((_e44 * WG) + lid)), 2047u)] = _e52;
+        partial(row0_2, lid);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e82 = k_1;
+                k_1 = (_e82 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e69 = k_1;
+            if ((_e69 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e72 = k_1;
+                uint _e78 = k_1;
+                float _e80 = acc[min(uint(_e78), 15u)];
+                red[min(uint(((_e72 * WG) + lid)), 2047u)] = _e80;
+            }
         }
     }
     GroupMemoryBarrierWithGroupSync();
@@ -577,53 +604,53 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e81 = m;
-                m = (_e81 + 1u);
+                uint _e109 = m;
+                m = (_e109 + 1u);
             }
             loop_init_11 = false;
-            uint _e63 = m;
-            if ((_e63 < 16u)) {
+            uint _e91 = m;
+            if ((_e91 < 16u)) {
             } else {
                 break;
             }
             {
-                float _e66 = part;
-                uint _e75 = m;
-                float _e78 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e75)), 2047u)];
-                part = (_e66 + _e78);
+                float _e94 = part;
+                uint _e103 = m;
+                float _e106 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e103)), 2047u)];
+                part = (_e94 + _e106);
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
-    float _e85 = part;
-    red[min(uint(lid), 2047u)] = _e85;
+    float _e113 = part;
+    red[min(uint(lid), 2047u)] = _e113;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
         bool loop_init_12 = true;
         while(true) {
             if (!loop_init_12) {
-                uint _e104 = m_1;
-                m_1 = (_e104 + 1u);
+                uint _e132 = m_1;
+                m_1 = (_e132 + 1u);
             }
             loop_init_12 = false;
-            uint _e91 = m_1;
-            if ((_e91 < 8u)) {
+            uint _e119 = m_1;
+            if ((_e119 < 8u)) {
             } else {
                 break;
             }
             {
-                float _e94 = v;
-                uint _e98 = m_1;
-                float _e101 = red[min(uint(((lid * 8u) + _e98)), 2047u)];
-                v = (_e94 + _e101);
+                float _e122 = v;
+                uint _e126 = m_1;
+                float _e129 = red[min(uint(((lid * 8u) + _e126)), 2047u)];
+                v = (_e122 + _e129);
             }
         }
-        uint row_1 = (row0_1 + naga_div(lid, S));
-        uint _e111 = p.o;
-        if ((row_1 < _e111)) {
-            uint _e118 = p.o;
-            float _e122 = v;
-            y.Store(((naga_mod(lid, S) * _e118) + row_1)*4, asuint(_e122));
+        uint row_1 = (row0_2 + naga_div(lid, S));
+        uint _e139 = p.o;
+        if ((row_1 < _e139)) {
+            uint _e146 = p.o;
+            float _e150 = v;
+            y.Store(((naga_mod(lid, S) * _e146) + row_1)*4, asuint(_e150));
             return;
         } else {
             return;

@@ -21,7 +21,26 @@ struct Params {
     uint reserved1_;
 };
 
+struct Rows4_ {
+    uint4 v0_;
+    uint4 v1_;
+    uint4 v2_;
+    uint4 v3_;
+};
+
+struct X8_ {
+    float4 x0_;
+    float4 x1_;
+    float4 x2_;
+    float4 x3_;
+    float4 x4_;
+    float4 x5_;
+    float4 x6_;
+    float4 x7_;
+};
+
 static const uint WG = 128u;
+static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
 static const uint ROWS = 4u;
 static const uint MUTATE = 0u;
@@ -38,7 +57,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_4 : SV_GroupIndex;
+    uint lid_3 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -52,13 +71,13 @@ uint word(uint k_2)
 uint bytes4_(uint b)
 {
     uint k_4 = (b >> 2u);
-    uint sh_1 = ((b & 3u) * 8u);
+    uint sh = ((b & 3u) * 8u);
     const uint _e7 = word(k_4);
-    if ((sh_1 == 0u)) {
+    if ((sh == 0u)) {
         return _e7;
     }
     const uint _e13 = word((k_4 + 1u));
-    return ((_e7 >> sh_1) | (_e13 << (32u - sh_1)));
+    return ((_e7 >> sh) | (_e13 << (32u - sh)));
 }
 
 uint keep_before(uint v_1, uint b_1, uint end)
@@ -74,14 +93,14 @@ uint keep_before(uint v_1, uint b_1, uint end)
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local = (bool)0;
+    bool local_1 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local = ((b_2 + 16u) <= end_1);
+        local_1 = ((b_2 + 16u) <= end_1);
     } else {
-        local = false;
+        local_1 = false;
     }
-    bool _e12 = local;
+    bool _e12 = local_1;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -201,6 +220,99 @@ void fold(uint r, float d_1)
     return;
 }
 
+uint4 rowc(uint row, uint c, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c)*16));
+        return _e13;
+    }
+    uint base = (row * rb);
+    const uint4 _e19 = load16_((base + (16u * c)), (base + rb));
+    return _e19;
+}
+
+Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
+{
+    Rows4_ q_1 = (Rows4_)0;
+
+    const uint4 _e6 = rowc(r_1.x, c_1, rb_1);
+    q_1.v0_ = _e6;
+    if (true) {
+        const uint4 _e13 = rowc(r_1.y, c_1, rb_1);
+        q_1.v1_ = _e13;
+    }
+    if (true) {
+        const uint4 _e20 = rowc(r_1.z, c_1, rb_1);
+        q_1.v2_ = _e20;
+    }
+    if (true) {
+        const uint4 _e27 = rowc(r_1.w, c_1, rb_1);
+        q_1.v3_ = _e27;
+    }
+    Rows4_ _e28 = q_1;
+    const Rows4_ rows4_1 = _e28;
+    return rows4_1;
+}
+
+uint nib_order(uint w_2)
+{
+    if (false) {
+        return (((w_2 & 252645135u) << 4u) | ((w_2 >> 4u) & 252645135u));
+    }
+    return w_2;
+}
+
+float4 nib_in_place(uint w_3)
+{
+    return asfloat((((w_3).xxxx & uint4(15u, 240u, 3840u, 61440u)) | (1258291200u).xxxx));
+}
+
+X8_ ConstructX8_(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5, float4 arg6, float4 arg7) {
+    X8_ ret = (X8_)0;
+    ret.x0_ = arg0;
+    ret.x1_ = arg1;
+    ret.x2_ = arg2;
+    ret.x3_ = arg3;
+    ret.x4_ = arg4;
+    ret.x5_ = arg5;
+    ret.x6_ = arg6;
+    ret.x7_ = arg7;
+    return ret;
+}
+
+X8_ x8_(uint c_2)
+{
+    uint xi = (8u * c_2);
+    float4 _e5 = asfloat(xv.Load4(xi*16));
+    float4 _e10 = asfloat(xv.Load4((xi + 1u)*16));
+    float4 _e15 = asfloat(xv.Load4((xi + 2u)*16));
+    float4 _e20 = asfloat(xv.Load4((xi + 3u)*16));
+    float4 _e25 = asfloat(xv.Load4((xi + 4u)*16));
+    float4 _e30 = asfloat(xv.Load4((xi + 5u)*16));
+    float4 _e35 = asfloat(xv.Load4((xi + 6u)*16));
+    float4 _e40 = asfloat(xv.Load4((xi + 7u)*16));
+    const X8_ x8_1 = ConstructX8_(_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40);
+    return x8_1;
+}
+
+float4 q4row(uint4 w_4, X8_ x)
+{
+    float4 off = float4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    const uint _e8 = nib_order(w_4.x);
+    const uint _e10 = nib_order(w_4.y);
+    const uint _e12 = nib_order(w_4.z);
+    const uint _e14 = nib_order(w_4.w);
+    const float4 _e15 = nib_in_place(_e8);
+    const float4 _e21 = nib_in_place((_e8 >> 16u));
+    const float4 _e26 = nib_in_place(_e10);
+    const float4 _e33 = nib_in_place((_e10 >> 16u));
+    const float4 _e38 = nib_in_place(_e12);
+    const float4 _e45 = nib_in_place((_e12 >> 16u));
+    const float4 _e50 = nib_in_place(_e14);
+    const float4 _e57 = nib_in_place((_e14 >> 16u));
+    return (((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -210,77 +322,77 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
 }
 
-void partial_s(uint row0_, uint lid_1)
+void partial(uint row0_, uint lid_1)
 {
-    uint c = (uint)0;
+    uint c_3 = (uint)0;
     uint4 v_3[4] = (uint4[4])0;
-    uint r_1 = (uint)0;
     uint r_2 = (uint)0;
+    uint r_3 = (uint)0;
     uint h = (uint)0;
-    bool local_1 = (bool)0;
+    bool local_2 = (bool)0;
     float d_2 = (float)0;
 
-    uint rb_1 = p.row_bytes;
-    uint nch = naga_div((rb_1 + 15u), 16u);
+    uint rb_2 = p.row_bytes;
+    uint nch = naga_div((rb_2 + 15u), 16u);
     uint ng = p.sc_row;
-    c = lid_1;
+    c_3 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e139 = c;
-            c = (_e139 + WG);
+            uint _e139 = c_3;
+            c_3 = (_e139 + WG);
         }
         loop_init_2 = false;
-        uint _e13 = c;
+        uint _e13 = c_3;
         if ((_e13 < nch)) {
         } else {
             break;
         }
         {
             v_3 = ZeroValuearray4_uint4_();
-            r_1 = 0u;
+            r_2 = 0u;
             bool loop_init_3 = true;
             while(true) {
                 if (!loop_init_3) {
-                    uint _e40 = r_1;
-                    r_1 = (_e40 + 1u);
+                    uint _e40 = r_2;
+                    r_2 = (_e40 + 1u);
                 }
                 loop_init_3 = false;
-                uint _e19 = r_1;
+                uint _e19 = r_2;
                 if ((_e19 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e22 = r_1;
-                    uint base = ((row0_ + _e22) * rb_1);
-                    uint _e25 = r_1;
+                    uint _e22 = r_2;
+                    uint base_1 = ((row0_ + _e22) * rb_2);
+                    uint _e25 = r_2;
                     uint _e29 = p.o;
                     if (((row0_ + _e25) < _e29)) {
-                        uint _e31 = r_1;
-                        uint _e34 = c;
-                        const uint4 _e38 = load16_((base + (16u * _e34)), (base + rb_1));
+                        uint _e31 = r_2;
+                        uint _e34 = c_3;
+                        const uint4 _e38 = load16_((base_1 + (16u * _e34)), (base_1 + rb_2));
                         v_3[min(uint(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e43 = c;
+            uint _e43 = c_3;
             uint i0_ = (32u * _e43);
-            r_2 = 0u;
+            r_3 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e137 = r_2;
-                    r_2 = (_e137 + 1u);
+                    uint _e137 = r_3;
+                    r_3 = (_e137 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e47 = r_2;
+                uint _e47 = r_3;
                 if ((_e47 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e50 = r_2;
+                    uint _e50 = r_3;
                     uint row_1 = (row0_ + _e50);
                     uint _e54 = p.o;
                     if ((row_1 < _e54)) {
@@ -298,10 +410,10 @@ void partial_s(uint row0_, uint lid_1)
                                 break;
                             }
                             {
-                                uint _e61 = r_2;
+                                uint _e61 = r_3;
                                 uint _e64 = h;
                                 uint w0_ = v_3[min(uint(_e61), 3u)][min(uint((2u * _e64)), 3u)];
-                                uint _e68 = r_2;
+                                uint _e68 = r_3;
                                 uint _e71 = h;
                                 uint w1_ = v_3[min(uint(_e68), 3u)][min(uint(((2u * _e71) + 1u)), 3u)];
                                 uint _e78 = h;
@@ -320,11 +432,11 @@ void partial_s(uint row0_, uint lid_1)
                                 tdot((i_2 + 12u), (_e103 - (8.0).xxxx));
                                 uint _e107 = h;
                                 if (!((_e107 == 1u))) {
-                                    local_1 = false;
+                                    local_2 = false;
                                 } else {
-                                    local_1 = true;
+                                    local_2 = true;
                                 }
-                                bool _e120 = local_1;
+                                bool _e120 = local_2;
                                 if (_e120) {
                                     uint g_1 = naga_div(i_2, GS);
                                     d_2 = 0.0;
@@ -334,7 +446,7 @@ void partial_s(uint row0_, uint lid_1)
                                         const float _e130 = scaled(_e129);
                                         d_2 = _e130;
                                     }
-                                    uint _e131 = r_2;
+                                    uint _e131 = r_3;
                                     float _e132 = d_2;
                                     fold(_e131, _e132);
                                 }
@@ -348,168 +460,72 @@ void partial_s(uint row0_, uint lid_1)
     return;
 }
 
-uint4 rowc(uint row, uint c_1, uint rb)
+bool fast1_()
 {
-    if (((rb & 15u) == 0u)) {
-        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
-        return _e13;
-    }
-    uint base_1 = (row * rb);
-    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
-    return _e19;
-}
-
-float4 fnib(uint w_2)
-{
-    uint4 sh = uint4(19u, 15u, 11u, 7u);
-
-    if (false) {
-        sh = uint4(15u, 19u, 7u, 11u);
-    }
-    uint4 _e17 = sh;
-    return (asfloat(((((w_2).xxxx << _e17) & (7864320u).xxxx) | (1065353216u).xxxx)) - (1.5).xxxx);
-}
-
-float fdot8_(uint w_3, float4 xa, float4 xb)
-{
-    const float4 _e3 = fnib(w_3);
-    const float4 _e7 = fnib((w_3 >> 16u));
-    return (dot(_e3, xa) + dot(_e7, xb));
-}
-
-float4 fdot8x4_(uint4 w_4, float4 xa_1, float4 xb_1)
-{
-    const float _e4 = fdot8_(w_4.x, xa_1, xb_1);
-    const float _e6 = fdot8_(w_4.y, xa_1, xb_1);
-    const float _e8 = fdot8_(w_4.z, xa_1, xb_1);
-    const float _e10 = fdot8_(w_4.w, xa_1, xb_1);
-    return float4(_e4, _e6, _e8, _e10);
+    return true;
 }
 
 float4 partial1_(uint row0_1, uint lid_2)
 {
-    float4 a = (0.0).xxxx;
-    uint c_2 = (uint)0;
-    uint4 v1_ = (uint4)0;
-    uint4 v2_ = (uint4)0;
-    uint4 v3_ = (uint4)0;
-    float4 f = (float4)0;
+    float4 p0_ = (0.0).xxxx;
+    float4 p1_ = (0.0).xxxx;
+    float4 p2_ = (0.0).xxxx;
+    float4 p3_ = (0.0).xxxx;
+    uint c_4 = (uint)0;
 
-    uint rb_2 = p.row_bytes;
-    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div((rb_3 + 15u), 16u);
     uint ng_1 = p.sc_row;
     uint _e14 = p.o;
     uint last = (_e14 - 1u);
-    uint r1_ = min((row0_1 + 1u), last);
-    uint r2_ = min((row0_1 + 2u), last);
-    uint r3_ = min((row0_1 + 3u), last);
-    c_2 = lid_2;
+    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    c_4 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e177 = c_2;
-            c_2 = (_e177 + WG);
+            uint _e95 = c_4;
+            c_4 = (_e95 + WG);
         }
         loop_init_6 = false;
-        uint _e30 = c_2;
-        if ((_e30 < nch_1)) {
+        uint _e40 = c_4;
+        if ((_e40 < nch_1)) {
         } else {
             break;
         }
         {
-            uint _e32 = c_2;
-            const uint4 _e33 = rowc(row0_1, _e32, rb_2);
-            v1_ = (0u).xxxx;
-            v2_ = (0u).xxxx;
-            v3_ = (0u).xxxx;
-            if (true) {
-                uint _e47 = c_2;
-                const uint4 _e48 = rowc(r1_, _e47, rb_2);
-                v1_ = _e48;
-            }
-            if (true) {
-                uint _e53 = c_2;
-                const uint4 _e54 = rowc(r2_, _e53, rb_2);
-                v2_ = _e54;
-            }
-            if (true) {
-                uint _e59 = c_2;
-                const uint4 _e60 = rowc(r3_, _e59, rb_2);
-                v3_ = _e60;
-            }
-            uint _e62 = c_2;
-            const uint _e69 = group(min(naga_div((32u * _e62), GS), (ng_1 - 1u)), ng_1);
-            const float _e72 = scale_f32_(((row0_1 * ng_1) + _e69));
-            const float _e73 = scaled(_e72);
-            const float _e76 = scale_f32_(((r1_ * ng_1) + _e69));
-            const float _e77 = scaled(_e76);
-            const float _e80 = scale_f32_(((r2_ * ng_1) + _e69));
-            const float _e81 = scaled(_e80);
-            const float _e84 = scale_f32_(((r3_ * ng_1) + _e69));
-            const float _e85 = scaled(_e84);
-            float4 d_3 = float4(_e73, _e77, _e81, _e85);
-            uint _e88 = c_2;
-            uint xi = (8u * _e88);
-            float4 x0_ = asfloat(xv.Load4(xi*16));
-            float4 x1_ = asfloat(xv.Load4((xi + 1u)*16));
-            float4 x2_ = asfloat(xv.Load4((xi + 2u)*16));
-            float4 x3_ = asfloat(xv.Load4((xi + 3u)*16));
-            float4 x4_1 = asfloat(xv.Load4((xi + 4u)*16));
-            float4 x5_ = asfloat(xv.Load4((xi + 5u)*16));
-            float4 x6_ = asfloat(xv.Load4((xi + 6u)*16));
-            float4 x7_ = asfloat(xv.Load4((xi + 7u)*16));
-            uint _e130 = v1_.x;
-            uint _e132 = v2_.x;
-            uint _e134 = v3_.x;
-            const float4 _e136 = fdot8x4_(uint4(_e33.x, _e130, _e132, _e134), x0_, x1_);
-            f = _e136;
-            float4 _e138 = f;
-            uint _e141 = v1_.y;
-            uint _e143 = v2_.y;
-            uint _e145 = v3_.y;
-            const float4 _e147 = fdot8x4_(uint4(_e33.y, _e141, _e143, _e145), x2_, x3_);
-            f = (_e138 + _e147);
-            float4 _e149 = f;
-            uint _e152 = v1_.z;
-            uint _e154 = v2_.z;
-            uint _e156 = v3_.z;
-            const float4 _e158 = fdot8x4_(uint4(_e33.z, _e152, _e154, _e156), x4_1, x5_);
-            f = (_e149 + _e158);
-            float4 _e160 = f;
-            uint _e163 = v1_.w;
-            uint _e165 = v2_.w;
-            uint _e167 = v3_.w;
-            const float4 _e169 = fdot8x4_(uint4(_e33.w, _e163, _e165, _e167), x6_, x7_);
-            f = (_e160 + _e169);
-            float4 _e171 = a;
-            float4 _e172 = f;
-            a = (_e171 + (d_3 * (16.0 * _e172)));
+            uint _e42 = c_4;
+            const Rows4_ _e43 = rows4_(rr, _e42, rb_3);
+            uint _e45 = c_4;
+            const uint _e52 = group(min(naga_div((32u * _e45), GS), (ng_1 - 1u)), ng_1);
+            uint _e53 = c_4;
+            const X8_ _e54 = x8_(_e53);
+            float4 _e55 = p0_;
+            const float _e59 = scale_f32_(((rr.x * ng_1) + _e52));
+            const float _e60 = scaled(_e59);
+            const float4 _e62 = q4row(_e43.v0_, _e54);
+            p0_ = (_e55 + (_e60 * _e62));
+            float4 _e65 = p1_;
+            const float _e69 = scale_f32_(((rr.y * ng_1) + _e52));
+            const float _e70 = scaled(_e69);
+            const float4 _e72 = q4row(_e43.v1_, _e54);
+            p1_ = (_e65 + (_e70 * _e72));
+            float4 _e75 = p2_;
+            const float _e79 = scale_f32_(((rr.z * ng_1) + _e52));
+            const float _e80 = scaled(_e79);
+            const float4 _e82 = q4row(_e43.v2_, _e54);
+            p2_ = (_e75 + (_e80 * _e82));
+            float4 _e85 = p3_;
+            const float _e89 = scale_f32_(((rr.w * ng_1) + _e52));
+            const float _e90 = scaled(_e89);
+            const float4 _e92 = q4row(_e43.v3_, _e54);
+            p3_ = (_e85 + (_e90 * _e92));
         }
     }
-    float4 _e180 = a;
-    return _e180;
-}
-
-void partial(uint row0_2, uint lid_3)
-{
-    bool local_2 = (bool)0;
-
-    if (true) {
-        local_2 = true;
-    } else {
-        local_2 = false;
-    }
-    bool _e15 = local_2;
-    if (_e15) {
-        const float4 _e16 = partial1_(row0_2, lid_3);
-        acc[0] = _e16.x;
-        acc[1] = _e16.y;
-        acc[2] = _e16.z;
-        acc[3] = _e16.w;
-        return;
-    }
-    partial_s(row0_2, lid_3);
-    return;
+    float4 _e98 = p0_;
+    float4 _e101 = p1_;
+    float4 _e104 = p2_;
+    float4 _e107 = p3_;
+    return float4(dot(_e98, NIB_POS), dot(_e101, NIB_POS), dot(_e104, NIB_POS), dot(_e107, NIB_POS));
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -525,61 +541,80 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_4;
+    uint lid = computeinput_main.lid_3;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
+    bool local = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_3 >= _e15)) {
+    if ((row0_2 >= _e15)) {
         return;
     }
-    bool loop_init_7 = true;
-    while(true) {
-        if (!loop_init_7) {
-            uint _e35 = k;
-            k = (_e35 + 1u);
-        }
-        loop_init_7 = false;
-        uint _e19 = k;
-        if ((_e19 < 16u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc[min(uint(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t[min(uint(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u[min(uint(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        const bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_3, lid);
-    bool loop_init_8 = true;
-    while(true) {
-        if (!loop_init_8) {
-            uint _e60 = k_1;
-            k_1 = (_e60 + 1u);
+    bool _e30 = local;
+    if (_e30) {
+        const float4 _e31 = partial1_(row0_2, lid);
+        const float4 _e32 = WaveActiveSum(_e31);
+        if ((sgi == 0u)) {
+            red[min(uint(sgid), 511u)] = _e32.x;
+            red[min(uint((32u + sgid)), 511u)] = _e32.y;
+            red[min(uint((64u + sgid)), 511u)] = _e32.z;
+            red[min(uint((96u + sgid)), 511u)] = _e32.w;
         }
-        loop_init_8 = false;
-        uint _e44 = k_1;
-        if ((_e44 < 4u)) {
-        } else {
-            break;
+    } else {
+        bool loop_init_7 = true;
+        while(true) {
+            if (!loop_init_7) {
+                uint _e71 = k;
+                k = (_e71 + 1u);
+            }
+            loop_init_7 = false;
+            uint _e55 = k;
+            if ((_e55 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc[min(uint(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t[min(uint(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u[min(uint(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc[min(uint(_e47), 15u)];
-            const float _e50 = WaveActiveSum(_e49);
-            if ((sgi == 0u)) {
-                uint _e54 = k_1;
-                red[min(uint(((_e54 * 32u) + sgid)), 511u)] = _e50;
+        partial(row0_2, lid);
+        bool loop_init_8 = true;
+        while(true) {
+            if (!loop_init_8) {
+                uint _e91 = k_1;
+                k_1 = (_e91 + 1u);
+            }
+            loop_init_8 = false;
+            uint _e75 = k_1;
+            if ((_e75 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc[min(uint(_e78), 15u)];
+                const float _e81 = WaveActiveSum(_e80);
+                if ((sgi == 0u)) {
+                    uint _e85 = k_1;
+                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                }
             }
         }
     }
@@ -588,28 +623,28 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
         bool loop_init_9 = true;
         while(true) {
             if (!loop_init_9) {
-                uint _e79 = m;
-                m = (_e79 + 1u);
+                uint _e110 = m;
+                m = (_e110 + 1u);
             }
             loop_init_9 = false;
-            uint _e67 = m;
-            if ((_e67 < nsg)) {
+            uint _e98 = m;
+            if ((_e98 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red[min(uint(((lid * 32u) + _e73)), 511u)];
-                v = (_e69 + _e76);
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
+                v = (_e100 + _e107);
             }
         }
-        uint row_2 = (row0_3 + naga_div(lid, S));
-        uint _e86 = p.o;
-        if ((row_2 < _e86)) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row_2)*4, asuint(_e97));
+        uint row_2 = (row0_2 + naga_div(lid, S));
+        uint _e117 = p.o;
+        if ((row_2 < _e117)) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y.Store(((naga_mod(lid, S) * _e124) + row_2)*4, asuint(_e128));
             return;
         } else {
             return;

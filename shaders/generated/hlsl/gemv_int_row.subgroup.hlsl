@@ -21,7 +21,26 @@ struct Params {
     uint reserved1_;
 };
 
+struct Rows4_ {
+    uint4 v0_;
+    uint4 v1_;
+    uint4 v2_;
+    uint4 v3_;
+};
+
+struct X8_ {
+    float4 x0_;
+    float4 x1_;
+    float4 x2_;
+    float4 x3_;
+    float4 x4_;
+    float4 x5_;
+    float4 x6_;
+    float4 x7_;
+};
+
 static const uint WG = 128u;
+static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
 static const uint ROWS = 4u;
 static const uint MUTATE = 0u;
@@ -38,7 +57,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_4 : SV_GroupIndex;
+    uint lid_3 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -52,13 +71,13 @@ uint word(uint k_2)
 uint bytes4_(uint b)
 {
     uint k_5 = (b >> 2u);
-    uint sh_1 = ((b & 3u) * 8u);
+    uint sh = ((b & 3u) * 8u);
     const uint _e7 = word(k_5);
-    if ((sh_1 == 0u)) {
+    if ((sh == 0u)) {
         return _e7;
     }
     const uint _e13 = word((k_5 + 1u));
-    return ((_e7 >> sh_1) | (_e13 << (32u - sh_1)));
+    return ((_e7 >> sh) | (_e13 << (32u - sh)));
 }
 
 uint keep_before(uint v_1, uint b_1, uint end)
@@ -74,14 +93,14 @@ uint keep_before(uint v_1, uint b_1, uint end)
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local = (bool)0;
+    bool local_1 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local = ((b_2 + 16u) <= end_1);
+        local_1 = ((b_2 + 16u) <= end_1);
     } else {
-        local = false;
+        local_1 = false;
     }
-    bool _e12 = local;
+    bool _e12 = local_1;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -198,7 +217,100 @@ void fold(uint r, float d_1)
     return;
 }
 
-void int_chunk(uint r_1, uint i0_, uint4 v_3)
+uint4 rowc(uint row, uint c, uint rb)
+{
+    if (((rb & 15u) == 0u)) {
+        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c)*16));
+        return _e13;
+    }
+    uint base = (row * rb);
+    const uint4 _e19 = load16_((base + (16u * c)), (base + rb));
+    return _e19;
+}
+
+Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
+{
+    Rows4_ q_1 = (Rows4_)0;
+
+    const uint4 _e6 = rowc(r_1.x, c_1, rb_1);
+    q_1.v0_ = _e6;
+    if (true) {
+        const uint4 _e13 = rowc(r_1.y, c_1, rb_1);
+        q_1.v1_ = _e13;
+    }
+    if (true) {
+        const uint4 _e20 = rowc(r_1.z, c_1, rb_1);
+        q_1.v2_ = _e20;
+    }
+    if (true) {
+        const uint4 _e27 = rowc(r_1.w, c_1, rb_1);
+        q_1.v3_ = _e27;
+    }
+    Rows4_ _e28 = q_1;
+    const Rows4_ rows4_1 = _e28;
+    return rows4_1;
+}
+
+uint nib_order(uint w_3)
+{
+    if (false) {
+        return (((w_3 & 252645135u) << 4u) | ((w_3 >> 4u) & 252645135u));
+    }
+    return w_3;
+}
+
+float4 nib_in_place(uint w_4)
+{
+    return asfloat((((w_4).xxxx & uint4(15u, 240u, 3840u, 61440u)) | (1258291200u).xxxx));
+}
+
+X8_ ConstructX8_(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5, float4 arg6, float4 arg7) {
+    X8_ ret = (X8_)0;
+    ret.x0_ = arg0;
+    ret.x1_ = arg1;
+    ret.x2_ = arg2;
+    ret.x3_ = arg3;
+    ret.x4_ = arg4;
+    ret.x5_ = arg5;
+    ret.x6_ = arg6;
+    ret.x7_ = arg7;
+    return ret;
+}
+
+X8_ x8_(uint c_2)
+{
+    uint xi = (8u * c_2);
+    float4 _e5 = asfloat(xv.Load4(xi*16));
+    float4 _e10 = asfloat(xv.Load4((xi + 1u)*16));
+    float4 _e15 = asfloat(xv.Load4((xi + 2u)*16));
+    float4 _e20 = asfloat(xv.Load4((xi + 3u)*16));
+    float4 _e25 = asfloat(xv.Load4((xi + 4u)*16));
+    float4 _e30 = asfloat(xv.Load4((xi + 5u)*16));
+    float4 _e35 = asfloat(xv.Load4((xi + 6u)*16));
+    float4 _e40 = asfloat(xv.Load4((xi + 7u)*16));
+    const X8_ x8_1 = ConstructX8_(_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40);
+    return x8_1;
+}
+
+float4 q4row(uint4 w_5, X8_ x)
+{
+    float4 off = float4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    const uint _e8 = nib_order(w_5.x);
+    const uint _e10 = nib_order(w_5.y);
+    const uint _e12 = nib_order(w_5.z);
+    const uint _e14 = nib_order(w_5.w);
+    const float4 _e15 = nib_in_place(_e8);
+    const float4 _e21 = nib_in_place((_e8 >> 16u));
+    const float4 _e26 = nib_in_place(_e10);
+    const float4 _e33 = nib_in_place((_e10 >> 16u));
+    const float4 _e38 = nib_in_place(_e12);
+    const float4 _e45 = nib_in_place((_e12 >> 16u));
+    const float4 _e50 = nib_in_place(_e14);
+    const float4 _e57 = nib_in_place((_e14 >> 16u));
+    return (((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_));
+}
+
+void int_chunk(uint r_2, uint i0_, uint4 v_3)
 {
     uint k_4 = 0u;
     uint h = (uint)0;
@@ -250,10 +362,10 @@ void int_chunk(uint r_1, uint i0_, uint4 v_3)
                         {
                             uint _e55 = h;
                             uint b_3 = (w_8 >> (8u * _e55));
-                            uint4 c_3 = (uint4(b_3, (b_3 >> 2u), (b_3 >> 4u), (b_3 >> 6u)) & (3u).xxxx);
+                            uint4 c_5 = (uint4(b_3, (b_3 >> 2u), (b_3 >> 4u), (b_3 >> 6u)) & (3u).xxxx);
                             uint _e69 = k_4;
                             uint _e73 = h;
-                            const float4 _e76 = u2f(c_3);
+                            const float4 _e76 = u2f(c_5);
                             tdot(((i0_ + (16u * _e69)) + (4u * _e73)), (_e76 - (2.0).xxxx));
                         }
                     }
@@ -273,106 +385,106 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
 }
 
-void partial_s(uint row0_, uint lid_1)
+void partial(uint row0_, uint lid_1)
 {
     float d_2[4] = (float[4])0;
-    uint r_2 = 0u;
-    uint c = (uint)0;
+    uint r_3 = 0u;
+    uint c_3 = (uint)0;
     uint4 v_4[4] = (uint4[4])0;
-    uint r_3 = (uint)0;
     uint r_4 = (uint)0;
+    uint r_5 = (uint)0;
 
-    uint rb_1 = p.row_bytes;
-    uint nch = naga_div((rb_1 + 15u), 16u);
+    uint rb_2 = p.row_bytes;
+    uint nch = naga_div((rb_2 + 15u), 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
-            uint _e32 = r_2;
-            r_2 = (_e32 + 1u);
+            uint _e32 = r_3;
+            r_3 = (_e32 + 1u);
         }
         loop_init_4 = false;
-        uint _e16 = r_2;
+        uint _e16 = r_3;
         if ((_e16 < ROWS)) {
         } else {
             break;
         }
         {
-            uint _e19 = r_2;
+            uint _e19 = r_3;
             uint _e23 = p.o;
             if (((row0_ + _e19) < _e23)) {
-                uint _e25 = r_2;
-                uint _e27 = r_2;
+                uint _e25 = r_3;
+                uint _e27 = r_3;
                 const float _e29 = scale_f32_((row0_ + _e27));
                 const float _e30 = scaled(_e29);
                 d_2[min(uint(_e25), 3u)] = _e30;
             }
         }
     }
-    c = lid_1;
+    c_3 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c;
-            c = (_e88 + WG);
+            uint _e88 = c_3;
+            c_3 = (_e88 + WG);
         }
         loop_init_5 = false;
-        uint _e35 = c;
+        uint _e35 = c_3;
         if ((_e35 < nch)) {
         } else {
             break;
         }
         {
             v_4 = ZeroValuearray4_uint4_();
-            r_3 = 0u;
+            r_4 = 0u;
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e62 = r_3;
-                    r_3 = (_e62 + 1u);
+                    uint _e62 = r_4;
+                    r_4 = (_e62 + 1u);
                 }
                 loop_init_6 = false;
-                uint _e41 = r_3;
+                uint _e41 = r_4;
                 if ((_e41 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e44 = r_3;
-                    uint base = ((row0_ + _e44) * rb_1);
-                    uint _e47 = r_3;
+                    uint _e44 = r_4;
+                    uint base_1 = ((row0_ + _e44) * rb_2);
+                    uint _e47 = r_4;
                     uint _e51 = p.o;
                     if (((row0_ + _e47) < _e51)) {
-                        uint _e53 = r_3;
-                        uint _e56 = c;
-                        const uint4 _e60 = load16_((base + (16u * _e56)), (base + rb_1));
+                        uint _e53 = r_4;
+                        uint _e56 = c_3;
+                        const uint4 _e60 = load16_((base_1 + (16u * _e56)), (base_1 + rb_2));
                         v_4[min(uint(_e53), 3u)] = _e60;
                     }
                 }
             }
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_7 = true;
             while(true) {
                 if (!loop_init_7) {
-                    uint _e86 = r_4;
-                    r_4 = (_e86 + 1u);
+                    uint _e86 = r_5;
+                    r_5 = (_e86 + 1u);
                 }
                 loop_init_7 = false;
-                uint _e66 = r_4;
+                uint _e66 = r_5;
                 if ((_e66 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e69 = r_4;
+                    uint _e69 = r_5;
                     uint _e73 = p.o;
                     if (((row0_ + _e69) < _e73)) {
-                        uint _e75 = r_4;
-                        uint _e76 = c;
-                        uint _e78 = r_4;
+                        uint _e75 = r_5;
+                        uint _e76 = c_3;
+                        uint _e78 = r_5;
                         uint4 _e80 = v_4[min(uint(_e78), 3u)];
                         int_chunk(_e75, (_e76 * 64u), _e80);
-                        uint _e81 = r_4;
-                        uint _e82 = r_4;
+                        uint _e81 = r_5;
+                        uint _e82 = r_5;
                         float _e84 = d_2[min(uint(_e82), 3u)];
                         fold(_e81, _e84);
                     }
@@ -383,48 +495,15 @@ void partial_s(uint row0_, uint lid_1)
     return;
 }
 
-uint4 rowc(uint row, uint c_1, uint rb)
+bool fast1_()
 {
-    if (((rb & 15u) == 0u)) {
-        uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c_1)*16));
-        return _e13;
-    }
-    uint base_1 = (row * rb);
-    const uint4 _e19 = load16_((base_1 + (16u * c_1)), (base_1 + rb));
-    return _e19;
+    return false;
 }
 
-float4 i8v(uint w_3)
+float4 i8v(uint w_6)
 {
-    uint4 b_4 = ((((w_3 ^ 2155905152u)).xxxx >> uint4(0u, 8u, 16u, 24u)) & (255u).xxxx);
+    uint4 b_4 = ((((w_6 ^ 2155905152u)).xxxx >> uint4(0u, 8u, 16u, 24u)) & (255u).xxxx);
     return (asfloat((b_4 | (1258291200u).xxxx)) - (8388736.0).xxxx);
-}
-
-float4 fnib(uint w_4)
-{
-    uint4 sh = uint4(19u, 15u, 11u, 7u);
-
-    if (false) {
-        sh = uint4(15u, 19u, 7u, 11u);
-    }
-    uint4 _e17 = sh;
-    return (asfloat(((((w_4).xxxx << _e17) & (7864320u).xxxx) | (1065353216u).xxxx)) - (1.5).xxxx);
-}
-
-float fdot8_(uint w_5, float4 xa, float4 xb)
-{
-    const float4 _e3 = fnib(w_5);
-    const float4 _e7 = fnib((w_5 >> 16u));
-    return (dot(_e3, xa) + dot(_e7, xb));
-}
-
-float4 fdot8x4_(uint4 w_6, float4 xa_1, float4 xb_1)
-{
-    const float _e4 = fdot8_(w_6.x, xa_1, xb_1);
-    const float _e6 = fdot8_(w_6.y, xa_1, xb_1);
-    const float _e8 = fdot8_(w_6.z, xa_1, xb_1);
-    const float _e10 = fdot8_(w_6.w, xa_1, xb_1);
-    return float4(_e4, _e6, _e8, _e10);
 }
 
 float4 i8dotx4_(uint4 w_7, float4 xk)
@@ -439,161 +518,88 @@ float4 i8dotx4_(uint4 w_7, float4 xk)
 float4 partial1_(uint row0_1, uint lid_2)
 {
     float4 a = (0.0).xxxx;
-    uint c_2 = (uint)0;
-    uint4 v1_ = (uint4)0;
-    uint4 v2_ = (uint4)0;
-    uint4 v3_ = (uint4)0;
-    float4 f = (float4)0;
+    float4 p0_ = (0.0).xxxx;
+    float4 p1_ = (0.0).xxxx;
+    float4 p2_ = (0.0).xxxx;
+    float4 p3_ = (0.0).xxxx;
+    uint c_4 = (uint)0;
 
-    uint rb_2 = p.row_bytes;
-    uint nch_1 = naga_div((rb_2 + 15u), 16u);
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div((rb_3 + 15u), 16u);
     uint _e11 = p.o;
     uint last = (_e11 - 1u);
-    uint r1_ = min((row0_1 + 1u), last);
-    uint r2_ = min((row0_1 + 2u), last);
-    uint r3_ = min((row0_1 + 3u), last);
-    c_2 = lid_2;
+    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    c_4 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e216 = c_2;
-            c_2 = (_e216 + WG);
+            uint _e135 = c_4;
+            c_4 = (_e135 + WG);
         }
         loop_init_8 = false;
-        uint _e27 = c_2;
-        if ((_e27 < nch_1)) {
+        uint _e40 = c_4;
+        if ((_e40 < nch_1)) {
         } else {
             break;
         }
         {
-            uint _e29 = c_2;
-            const uint4 _e30 = rowc(row0_1, _e29, rb_2);
-            v1_ = (0u).xxxx;
-            v2_ = (0u).xxxx;
-            v3_ = (0u).xxxx;
-            if (true) {
-                uint _e44 = c_2;
-                const uint4 _e45 = rowc(r1_, _e44, rb_2);
-                v1_ = _e45;
-            }
-            if (true) {
-                uint _e50 = c_2;
-                const uint4 _e51 = rowc(r2_, _e50, rb_2);
-                v2_ = _e51;
-            }
-            if (true) {
-                uint _e56 = c_2;
-                const uint4 _e57 = rowc(r3_, _e56, rb_2);
-                v3_ = _e57;
-            }
+            uint _e42 = c_4;
+            const Rows4_ _e43 = rows4_(rr, _e42, rb_3);
             if (false) {
-                uint _e63 = c_2;
-                uint xi = (4u * _e63);
-                float4 _e65 = a;
-                uint _e68 = v1_.x;
-                uint _e70 = v2_.x;
-                uint _e72 = v3_.x;
-                float4 _e76 = asfloat(xv.Load4(xi*16));
-                const float4 _e77 = i8dotx4_(uint4(_e30.x, _e68, _e70, _e72), _e76);
-                a = (_e65 + _e77);
-                float4 _e79 = a;
-                uint _e82 = v1_.y;
-                uint _e84 = v2_.y;
-                uint _e86 = v3_.y;
-                float4 _e92 = asfloat(xv.Load4((xi + 1u)*16));
-                const float4 _e93 = i8dotx4_(uint4(_e30.y, _e82, _e84, _e86), _e92);
-                a = (_e79 + _e93);
-                float4 _e95 = a;
-                uint _e98 = v1_.z;
-                uint _e100 = v2_.z;
-                uint _e102 = v3_.z;
-                float4 _e108 = asfloat(xv.Load4((xi + 2u)*16));
-                const float4 _e109 = i8dotx4_(uint4(_e30.z, _e98, _e100, _e102), _e108);
-                a = (_e95 + _e109);
-                float4 _e111 = a;
-                uint _e114 = v1_.w;
-                uint _e116 = v2_.w;
-                uint _e118 = v3_.w;
-                float4 _e124 = asfloat(xv.Load4((xi + 3u)*16));
-                const float4 _e125 = i8dotx4_(uint4(_e30.w, _e114, _e116, _e118), _e124);
-                a = (_e111 + _e125);
+                uint _e49 = c_4;
+                uint xi_1 = (4u * _e49);
+                float4 _e51 = a;
+                float4 _e63 = asfloat(xv.Load4(xi_1*16));
+                const float4 _e64 = i8dotx4_(uint4(_e43.v0_.x, _e43.v1_.x, _e43.v2_.x, _e43.v3_.x), _e63);
+                a = (_e51 + _e64);
+                float4 _e66 = a;
+                float4 _e80 = asfloat(xv.Load4((xi_1 + 1u)*16));
+                const float4 _e81 = i8dotx4_(uint4(_e43.v0_.y, _e43.v1_.y, _e43.v2_.y, _e43.v3_.y), _e80);
+                a = (_e66 + _e81);
+                float4 _e83 = a;
+                float4 _e97 = asfloat(xv.Load4((xi_1 + 2u)*16));
+                const float4 _e98 = i8dotx4_(uint4(_e43.v0_.z, _e43.v1_.z, _e43.v2_.z, _e43.v3_.z), _e97);
+                a = (_e83 + _e98);
+                float4 _e100 = a;
+                float4 _e114 = asfloat(xv.Load4((xi_1 + 3u)*16));
+                const float4 _e115 = i8dotx4_(uint4(_e43.v0_.w, _e43.v1_.w, _e43.v2_.w, _e43.v3_.w), _e114);
+                a = (_e100 + _e115);
             } else {
-                uint _e128 = c_2;
-                uint xi_1 = (8u * _e128);
-                float4 x0_ = asfloat(xv.Load4(xi_1*16));
-                float4 x1_ = asfloat(xv.Load4((xi_1 + 1u)*16));
-                float4 x2_ = asfloat(xv.Load4((xi_1 + 2u)*16));
-                float4 x3_ = asfloat(xv.Load4((xi_1 + 3u)*16));
-                float4 x4_1 = asfloat(xv.Load4((xi_1 + 4u)*16));
-                float4 x5_ = asfloat(xv.Load4((xi_1 + 5u)*16));
-                float4 x6_ = asfloat(xv.Load4((xi_1 + 6u)*16));
-                float4 x7_ = asfloat(xv.Load4((xi_1 + 7u)*16));
-                uint _e170 = v1_.x;
-                uint _e172 = v2_.x;
-                uint _e174 = v3_.x;
-                const float4 _e176 = fdot8x4_(uint4(_e30.x, _e170, _e172, _e174), x0_, x1_);
-                f = _e176;
-                float4 _e178 = f;
-                uint _e181 = v1_.y;
-                uint _e183 = v2_.y;
-                uint _e185 = v3_.y;
-                const float4 _e187 = fdot8x4_(uint4(_e30.y, _e181, _e183, _e185), x2_, x3_);
-                f = (_e178 + _e187);
-                float4 _e189 = f;
-                uint _e192 = v1_.z;
-                uint _e194 = v2_.z;
-                uint _e196 = v3_.z;
-                const float4 _e198 = fdot8x4_(uint4(_e30.z, _e192, _e194, _e196), x4_1, x5_);
-                f = (_e189 + _e198);
-                float4 _e200 = f;
-                uint _e203 = v1_.w;
-                uint _e205 = v2_.w;
-                uint _e207 = v3_.w;
-                const float4 _e209 = fdot8x4_(uint4(_e30.w, _e203, _e205, _e207), x6_, x7_);
-                f = (_e200 + _e209);
-                float4 _e211 = a;
-                float4 _e212 = f;
-                a = (_e211 + (16.0 * _e212));
+                uint _e117 = c_4;
+                const X8_ _e118 = x8_(_e117);
+                float4 _e119 = p0_;
+                const float4 _e121 = q4row(_e43.v0_, _e118);
+                p0_ = (_e119 + _e121);
+                float4 _e123 = p1_;
+                const float4 _e125 = q4row(_e43.v1_, _e118);
+                p1_ = (_e123 + _e125);
+                float4 _e127 = p2_;
+                const float4 _e129 = q4row(_e43.v2_, _e118);
+                p2_ = (_e127 + _e129);
+                float4 _e131 = p3_;
+                const float4 _e133 = q4row(_e43.v3_, _e118);
+                p3_ = (_e131 + _e133);
             }
         }
     }
-    const float _e219 = scale_f32_(row0_1);
-    const float _e220 = scaled(_e219);
-    const float _e221 = scale_f32_(r1_);
-    const float _e222 = scaled(_e221);
-    const float _e223 = scale_f32_(r2_);
-    const float _e224 = scaled(_e223);
-    const float _e225 = scale_f32_(r3_);
-    const float _e226 = scaled(_e225);
-    float4 d_3 = float4(_e220, _e222, _e224, _e226);
     if (false) {
-        float4 _e232 = a;
-        return (_e232 * d_3);
+        float4 _e142 = p0_;
+        float4 _e145 = p1_;
+        float4 _e148 = p2_;
+        float4 _e151 = p3_;
+        a = float4(dot(_e142, NIB_POS), dot(_e145, NIB_POS), dot(_e148, NIB_POS), dot(_e151, NIB_POS));
     }
-    float4 _e234 = a;
-    return (_e234 * d_3);
-}
-
-void partial(uint row0_2, uint lid_3)
-{
-    bool local_1 = (bool)0;
-
-    if (true) {
-        local_1 = false;
-    } else {
-        local_1 = false;
-    }
-    bool _e13 = local_1;
-    if (_e13) {
-        const float4 _e14 = partial1_(row0_2, lid_3);
-        acc[0] = _e14.x;
-        acc[1] = _e14.y;
-        acc[2] = _e14.z;
-        acc[3] = _e14.w;
-        return;
-    }
-    partial_s(row0_2, lid_3);
-    return;
+    const float _e156 = scale_f32_(rr.x);
+    const float _e157 = scaled(_e156);
+    const float _e159 = scale_f32_(rr.y);
+    const float _e160 = scaled(_e159);
+    const float _e162 = scale_f32_(rr.z);
+    const float _e163 = scaled(_e162);
+    const float _e165 = scale_f32_(rr.w);
+    const float _e166 = scaled(_e165);
+    float4 d_3 = float4(_e157, _e160, _e163, _e166);
+    float4 _e168 = a;
+    return (_e168 * d_3);
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -609,61 +615,80 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_4;
+    uint lid = computeinput_main.lid_3;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
+    bool local = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
 
-    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_3 >= _e15)) {
+    if ((row0_2 >= _e15)) {
         return;
     }
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e35 = k;
-            k = (_e35 + 1u);
-        }
-        loop_init_9 = false;
-        uint _e19 = k;
-        if ((_e19 < 16u)) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc[min(uint(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t[min(uint(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u[min(uint(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        const bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_3, lid);
-    bool loop_init_10 = true;
-    while(true) {
-        if (!loop_init_10) {
-            uint _e60 = k_1;
-            k_1 = (_e60 + 1u);
+    bool _e30 = local;
+    if (_e30) {
+        const float4 _e31 = partial1_(row0_2, lid);
+        const float4 _e32 = WaveActiveSum(_e31);
+        if ((sgi == 0u)) {
+            red[min(uint(sgid), 511u)] = _e32.x;
+            red[min(uint((32u + sgid)), 511u)] = _e32.y;
+            red[min(uint((64u + sgid)), 511u)] = _e32.z;
+            red[min(uint((96u + sgid)), 511u)] = _e32.w;
         }
-        loop_init_10 = false;
-        uint _e44 = k_1;
-        if ((_e44 < 4u)) {
-        } else {
-            break;
+    } else {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e71 = k;
+                k = (_e71 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e55 = k;
+            if ((_e55 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc[min(uint(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t[min(uint(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u[min(uint(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc[min(uint(_e47), 15u)];
-            const float _e50 = WaveActiveSum(_e49);
-            if ((sgi == 0u)) {
-                uint _e54 = k_1;
-                red[min(uint(((_e54 * 32u) + sgid)), 511u)] = _e50;
+        partial(row0_2, lid);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e91 = k_1;
+                k_1 = (_e91 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e75 = k_1;
+            if ((_e75 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc[min(uint(_e78), 15u)];
+                const float _e81 = WaveActiveSum(_e80);
+                if ((sgi == 0u)) {
+                    uint _e85 = k_1;
+                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                }
             }
         }
     }
@@ -672,28 +697,28 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e79 = m;
-                m = (_e79 + 1u);
+                uint _e110 = m;
+                m = (_e110 + 1u);
             }
             loop_init_11 = false;
-            uint _e67 = m;
-            if ((_e67 < nsg)) {
+            uint _e98 = m;
+            if ((_e98 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red[min(uint(((lid * 32u) + _e73)), 511u)];
-                v = (_e69 + _e76);
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
+                v = (_e100 + _e107);
             }
         }
-        uint row_1 = (row0_3 + naga_div(lid, S));
-        uint _e86 = p.o;
-        if ((row_1 < _e86)) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y.Store(((naga_mod(lid, S) * _e93) + row_1)*4, asuint(_e97));
+        uint row_1 = (row0_2 + naga_div(lid, S));
+        uint _e117 = p.o;
+        if ((row_1 < _e117)) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y.Store(((naga_mod(lid, S) * _e124) + row_1)*4, asuint(_e128));
             return;
         } else {
             return;

@@ -37,10 +37,21 @@ struct type_10 {
 struct type_12 {
     metal::uint2 inner[4];
 };
+struct Items4_ {
+    metal::uint4 v0_;
+    metal::uint4 v1_;
+    metal::uint4 v2_;
+    metal::uint4 v3_;
+    metal::uint2 h0_;
+    metal::uint2 h1_;
+    metal::uint2 h2_;
+    metal::uint2 h3_;
+};
 struct type_13 {
     float inner[512];
 };
 constant uint WG = 128u;
+constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 constant uint S = 1u;
 constant uint ROWS = 4u;
 constant uint MUTATE = 0u;
@@ -202,6 +213,21 @@ void fold_affine(
     return;
 }
 
+uint nib_order(
+    uint w_3
+) {
+    if (false) {
+        return ((w_3 & 252645135u) << 4u) | ((w_3 >> 4u) & 252645135u);
+    }
+    return w_3;
+}
+
+metal::float4 nib_in_place(
+    uint w_4
+) {
+    return as_type<metal::float4>((metal::uint4(w_4) & metal::uint4(15u, 240u, 3840u, 61440u)) | metal::uint4(1258291200u));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -210,7 +236,7 @@ uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial_s(
+void partial(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -227,9 +253,9 @@ void partial_s(
     uint r_1 = {};
     uint r_2 = {};
     uint k_3 = {};
-    bool local = {};
-    uint rb_2 = p.row_bytes;
-    uint nb = naga_div(rb_2, 136u);
+    bool local_1 = {};
+    uint rb_3 = p.row_bytes;
+    uint nb = naga_div(rb_3, 136u);
     j = lid_1;
     bool loop_init_2 = true;
     while(true) {
@@ -245,9 +271,9 @@ void partial_s(
         }
         {
             uint _e12 = j;
-            uint b_2 = naga_div(_e12, 8u);
+            uint b_3 = naga_div(_e12, 8u);
             uint _e15 = j;
-            uint pp_1 = naga_mod(_e15, 8u);
+            uint pp_2 = naga_mod(_e15, 8u);
             v_2 = type_10 {};
             h_1 = type_12 {};
             r_1 = 0u;
@@ -268,15 +294,15 @@ void partial_s(
                     uint _e31 = p.o;
                     if ((row0_ + _e27) < _e31) {
                         uint _e33 = r_1;
-                        uint bw = naga_div(((row0_ + _e33) * rb_2) + (136u * b_2), 4u);
+                        uint bw = naga_div(((row0_ + _e33) * rb_3) + (136u * b_3), 4u);
                         uint _e41 = r_1;
-                        uint _e45 = group(b_2, nb);
-                        uint hw = naga_div(((row0_ + _e41) * rb_2) + (136u * _e45), 4u);
+                        uint _e45 = group(b_3, nb);
+                        uint hw = naga_div(((row0_ + _e41) * rb_3) + (136u * _e45), 4u);
                         uint _e50 = r_1;
-                        uint _e55 = word((bw + 2u) + pp_1, wq, _buffer_sizes);
-                        uint _e59 = word((bw + 10u) + pp_1, wq, _buffer_sizes);
-                        uint _e63 = word((bw + 18u) + pp_1, wq, _buffer_sizes);
-                        uint _e67 = word((bw + 26u) + pp_1, wq, _buffer_sizes);
+                        uint _e55 = word((bw + 2u) + pp_2, wq, _buffer_sizes);
+                        uint _e59 = word((bw + 10u) + pp_2, wq, _buffer_sizes);
+                        uint _e63 = word((bw + 18u) + pp_2, wq, _buffer_sizes);
+                        uint _e67 = word((bw + 26u) + pp_2, wq, _buffer_sizes);
                         v_2.inner[metal::min(unsigned(_e50), 3u)] = metal::uint4(_e55, _e59, _e63, _e67);
                         uint _e69 = r_1;
                         uint _e71 = word(hw, wq, _buffer_sizes);
@@ -285,7 +311,7 @@ void partial_s(
                     }
                 }
             }
-            uint i0_ = (256u * b_2) + (8u * pp_1);
+            uint i0_ = (256u * b_3) + (8u * pp_2);
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -319,22 +345,22 @@ void partial_s(
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_6 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
+                                uint w_5 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
                                 uint _e106 = k_3;
                                 uint i_2 = i0_ + (64u * _e106);
-                                metal::uint4 _e109 = nibbles_lo(w_6);
+                                metal::uint4 _e109 = nibbles_lo(w_5);
                                 metal::float4 _e110 = u2f(_e109);
                                 tdot_sum(i_2, _e110, xv, p, t, u, _buffer_sizes);
-                                metal::uint4 _e113 = nibbles_hi(w_6);
+                                metal::uint4 _e113 = nibbles_hi(w_5);
                                 metal::float4 _e114 = u2f(_e113);
                                 tdot_sum(i_2 + 4u, _e114, xv, p, t, u, _buffer_sizes);
                                 if (false) {
                                     uint _e121 = k_3;
-                                    local = _e121 == 1u;
+                                    local_1 = _e121 == 1u;
                                 } else {
-                                    local = false;
+                                    local_1 = false;
                                 }
-                                bool _e125 = local;
+                                bool _e125 = local_1;
                                 if (_e125) {
                                     uint _e126 = r_2;
                                     uint _e129 = h_1.inner[metal::min(unsigned(_e126), 3u)].x;
@@ -378,37 +404,9 @@ void partial_s(
     return;
 }
 
-metal::float4 fnib(
-    uint w_3
+bool fast1_(
 ) {
-    metal::uint4 sh = metal::uint4(19u, 15u, 11u, 7u);
-    if (false) {
-        sh = metal::uint4(15u, 19u, 7u, 11u);
-    }
-    metal::uint4 _e17 = sh;
-    return as_type<metal::float4>(((metal::uint4(w_3) << _e17) & metal::uint4(7864320u)) | metal::uint4(1065353216u)) - metal::float4(1.0);
-}
-
-float fdot8_(
-    uint w_4,
-    metal::float4 xa,
-    metal::float4 xb
-) {
-    metal::float4 _e3 = fnib(w_4);
-    metal::float4 _e7 = fnib(w_4 >> 16u);
-    return metal::dot(_e3, xa) + metal::dot(_e7, xb);
-}
-
-metal::float4 fdot8x4_(
-    metal::uint4 w_5,
-    metal::float4 xa_1,
-    metal::float4 xb_1
-) {
-    float _e4 = fdot8_(w_5.x, xa_1, xb_1);
-    float _e6 = fdot8_(w_5.y, xa_1, xb_1);
-    float _e8 = fdot8_(w_5.z, xa_1, xb_1);
-    float _e10 = fdot8_(w_5.w, xa_1, xb_1);
-    return metal::float4(_e4, _e6, _e8, _e10);
+    return true;
 }
 
 metal::uint4 item(
@@ -462,6 +460,61 @@ metal::float2 sz(
     return metal::float2(_e26, _e28);
 }
 
+Items4_ items4_(
+    metal::uint4 rr,
+    uint rb_2,
+    uint b_2,
+    uint pp_1,
+    uint gb,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    Items4_ q_1 = {};
+    metal::uint4 _e8 = item(rr.x, rb_2, b_2, pp_1, wq, _buffer_sizes);
+    q_1.v0_ = _e8;
+    metal::uint2 _e11 = header(rr.x, rb_2, gb, wq, _buffer_sizes);
+    q_1.h0_ = _e11;
+    if (true) {
+        metal::uint4 _e18 = item(rr.y, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        q_1.v1_ = _e18;
+        metal::uint2 _e21 = header(rr.y, rb_2, gb, wq, _buffer_sizes);
+        q_1.h1_ = _e21;
+    }
+    if (true) {
+        metal::uint4 _e28 = item(rr.z, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        q_1.v2_ = _e28;
+        metal::uint2 _e31 = header(rr.z, rb_2, gb, wq, _buffer_sizes);
+        q_1.h2_ = _e31;
+    }
+    if (true) {
+        metal::uint4 _e38 = item(rr.w, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        q_1.v3_ = _e38;
+        metal::uint2 _e41 = header(rr.w, rb_2, gb, wq, _buffer_sizes);
+        q_1.h3_ = _e41;
+    }
+    Items4_ _e42 = q_1;
+    return _e42;
+}
+
+float q4a16_(
+    uint w0_,
+    uint w1_,
+    metal::float4 xa0_,
+    metal::float4 xb0_,
+    metal::float4 xa1_,
+    metal::float4 xb1_
+) {
+    metal::float4 off = metal::float4(8388608.0);
+    uint _e8 = nib_order(w0_);
+    uint _e9 = nib_order(w1_);
+    metal::float4 _e10 = nib_in_place(_e8);
+    metal::float4 _e15 = nib_in_place(_e8 >> 16u);
+    metal::float4 _e19 = nib_in_place(_e9);
+    metal::float4 _e25 = nib_in_place(_e9 >> 16u);
+    metal::float4 f = ((((_e10 - off) * xa0_) + ((_e15 - off) * xb0_)) + ((_e19 - off) * xa1_)) + ((_e25 - off) * xb1_);
+    return metal::dot(f, NIB_POS);
+}
+
 metal::float4 partial1_(
     uint row0_1,
     uint lid_2,
@@ -472,143 +525,73 @@ metal::float4 partial1_(
 ) {
     metal::float4 a = metal::float4(0.0);
     uint j_1 = {};
-    metal::uint4 v1_ = {};
-    metal::uint4 v2_ = {};
-    metal::uint4 v3_ = {};
-    metal::uint2 h1_ = {};
-    metal::uint2 h2_ = {};
-    metal::uint2 h3_ = {};
-    uint rb_3 = p.row_bytes;
-    uint nb_1 = naga_div(rb_3, 136u);
+    uint rb_4 = p.row_bytes;
+    uint nb_1 = naga_div(rb_4, 136u);
     uint _e9 = p.o;
     uint last = _e9 - 1u;
-    uint r1_ = metal::min(row0_1 + 1u, last);
-    uint r2_ = metal::min(row0_1 + 2u, last);
-    uint r3_ = metal::min(row0_1 + 3u, last);
+    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
     j_1 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e223 = j_1;
-            j_1 = _e223 + WG;
+            uint _e189 = j_1;
+            j_1 = _e189 + WG;
         }
         loop_init_6 = false;
-        uint _e25 = j_1;
-        if (_e25 < (8u * nb_1)) {
+        uint _e26 = j_1;
+        if (_e26 < (8u * nb_1)) {
         } else {
             break;
         }
         {
-            uint _e29 = j_1;
-            uint b_3 = naga_div(_e29, 8u);
-            uint _e32 = j_1;
-            uint pp_2 = naga_mod(_e32, 8u);
-            uint _e35 = group(b_3, nb_1);
-            metal::uint4 _e36 = item(row0_1, rb_3, b_3, pp_2, wq, _buffer_sizes);
-            metal::uint2 _e37 = header(row0_1, rb_3, _e35, wq, _buffer_sizes);
-            v1_ = metal::uint4(0u);
-            v2_ = metal::uint4(0u);
-            v3_ = metal::uint4(0u);
-            h1_ = metal::uint2(0u);
-            h2_ = metal::uint2(0u);
-            h3_ = metal::uint2(0u);
-            if (true) {
-                metal::uint4 _e60 = item(r1_, rb_3, b_3, pp_2, wq, _buffer_sizes);
-                v1_ = _e60;
-                metal::uint2 _e61 = header(r1_, rb_3, _e35, wq, _buffer_sizes);
-                h1_ = _e61;
-            }
-            if (true) {
-                metal::uint4 _e66 = item(r2_, rb_3, b_3, pp_2, wq, _buffer_sizes);
-                v2_ = _e66;
-                metal::uint2 _e67 = header(r2_, rb_3, _e35, wq, _buffer_sizes);
-                h2_ = _e67;
-            }
-            if (true) {
-                metal::uint4 _e72 = item(r3_, rb_3, b_3, pp_2, wq, _buffer_sizes);
-                v3_ = _e72;
-                metal::uint2 _e73 = header(r3_, rb_3, _e35, wq, _buffer_sizes);
-                h3_ = _e73;
-            }
-            uint xi = naga_div((256u * b_3) + (8u * pp_2), 4u);
-            metal::float4 xa0_ = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb0_ = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa1_ = xv[metal::min(unsigned(xi + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb1_ = xv[metal::min(unsigned(xi + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            uint _e30 = j_1;
+            uint b_4 = naga_div(_e30, 8u);
+            uint _e33 = j_1;
+            uint pp_3 = naga_mod(_e33, 8u);
+            uint _e36 = group(b_4, nb_1);
+            Items4_ _e37 = items4_(rr_1, rb_4, b_4, pp_3, _e36, wq, _buffer_sizes);
+            uint xi = naga_div((256u * b_4) + (8u * pp_3), 4u);
+            metal::float4 xa0_1 = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb0_1 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa1_1 = xv[metal::min(unsigned(xi + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb1_1 = xv[metal::min(unsigned(xi + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 xa2_ = xv[metal::min(unsigned(xi + 32u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 xb2_ = xv[metal::min(unsigned(xi + 33u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 xa3_ = xv[metal::min(unsigned(xi + 48u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 xb3_ = xv[metal::min(unsigned(xi + 49u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 one = metal::float4(1.0);
-            float sx0_ = metal::dot((xa0_ + xb0_) + (xa1_ + xb1_), one);
+            float sx0_ = metal::dot((xa0_1 + xb0_1) + (xa1_1 + xb1_1), one);
             float sx1_ = metal::dot((xa2_ + xb2_) + (xa3_ + xb3_), one);
-            uint _e131 = v1_.x;
-            uint _e133 = v2_.x;
-            uint _e135 = v3_.x;
-            metal::float4 _e137 = fdot8x4_(metal::uint4(_e36.x, _e131, _e133, _e135), xa0_, xb0_);
-            uint _e140 = v1_.y;
-            uint _e142 = v2_.y;
-            uint _e144 = v3_.y;
-            metal::float4 _e146 = fdot8x4_(metal::uint4(_e36.y, _e140, _e142, _e144), xa1_, xb1_);
-            metal::float4 f0_ = _e137 + _e146;
-            uint _e150 = v1_.z;
-            uint _e152 = v2_.z;
-            uint _e154 = v3_.z;
-            metal::float4 _e156 = fdot8x4_(metal::uint4(_e36.z, _e150, _e152, _e154), xa2_, xb2_);
-            uint _e159 = v1_.w;
-            uint _e161 = v2_.w;
-            uint _e163 = v3_.w;
-            metal::float4 _e165 = fdot8x4_(metal::uint4(_e36.w, _e159, _e161, _e163), xa3_, xb3_);
-            metal::float4 f1_ = _e156 + _e165;
-            metal::float2 _e168 = sz(_e37, 0u);
-            metal::uint2 _e169 = h1_;
-            metal::float2 _e171 = sz(_e169, 0u);
-            metal::uint2 _e172 = h2_;
-            metal::float2 _e174 = sz(_e172, 0u);
-            metal::uint2 _e175 = h3_;
-            metal::float2 _e177 = sz(_e175, 0u);
-            metal::float2 _e179 = sz(_e37, 1u);
-            metal::uint2 _e180 = h1_;
-            metal::float2 _e182 = sz(_e180, 1u);
-            metal::uint2 _e183 = h2_;
-            metal::float2 _e185 = sz(_e183, 1u);
-            metal::uint2 _e186 = h3_;
-            metal::float2 _e188 = sz(_e186, 1u);
-            metal::float4 sc0_ = metal::float4(_e168.x, _e171.x, _e174.x, _e177.x);
-            metal::float4 z0_ = metal::float4(_e168.y, _e171.y, _e174.y, _e177.y);
-            metal::float4 sc1_ = metal::float4(_e179.x, _e182.x, _e185.x, _e188.x);
-            metal::float4 z1_ = metal::float4(_e179.y, _e182.y, _e185.y, _e188.y);
-            metal::float4 _e209 = a;
-            a = _e209 + ((sc0_ * (16.0 * f0_)) + (z0_ * sx0_));
-            metal::float4 _e216 = a;
-            a = _e216 + ((sc1_ * (16.0 * f1_)) + (z1_ * sx1_));
+            float _e97 = q4a16_(_e37.v0_.x, _e37.v0_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e102 = q4a16_(_e37.v1_.x, _e37.v1_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e107 = q4a16_(_e37.v2_.x, _e37.v2_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e112 = q4a16_(_e37.v3_.x, _e37.v3_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            metal::float4 f0_ = metal::float4(_e97, _e102, _e107, _e112);
+            float _e118 = q4a16_(_e37.v0_.z, _e37.v0_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e123 = q4a16_(_e37.v1_.z, _e37.v1_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e128 = q4a16_(_e37.v2_.z, _e37.v2_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e133 = q4a16_(_e37.v3_.z, _e37.v3_.w, xa2_, xb2_, xa3_, xb3_);
+            metal::float4 f1_ = metal::float4(_e118, _e123, _e128, _e133);
+            metal::float2 _e137 = sz(_e37.h0_, 0u);
+            metal::float2 _e140 = sz(_e37.h1_, 0u);
+            metal::float2 _e143 = sz(_e37.h2_, 0u);
+            metal::float2 _e146 = sz(_e37.h3_, 0u);
+            metal::float2 _e149 = sz(_e37.h0_, 1u);
+            metal::float2 _e152 = sz(_e37.h1_, 1u);
+            metal::float2 _e155 = sz(_e37.h2_, 1u);
+            metal::float2 _e158 = sz(_e37.h3_, 1u);
+            metal::float4 sc0_ = metal::float4(_e137.x, _e140.x, _e143.x, _e146.x);
+            metal::float4 z0_ = metal::float4(_e137.y, _e140.y, _e143.y, _e146.y);
+            metal::float4 sc1_ = metal::float4(_e149.x, _e152.x, _e155.x, _e158.x);
+            metal::float4 z1_ = metal::float4(_e149.y, _e152.y, _e155.y, _e158.y);
+            metal::float4 _e179 = a;
+            a = _e179 + ((sc0_ * f0_) + (z0_ * sx0_));
+            metal::float4 _e184 = a;
+            a = _e184 + ((sc1_ * f1_) + (z1_ * sx1_));
         }
     }
-    metal::float4 _e226 = a;
-    return _e226;
-}
-
-void partial(
-    uint row0_2,
-    uint lid_3,
-    device type_2 const& wq,
-    device type_5 const& xv,
-    constant Params& p,
-    thread type_7& acc,
-    thread type_7& t,
-    thread type_7& u,
-    constant _mslBufferSizes& _buffer_sizes
-) {
-    if (true) {
-        metal::float4 _e6 = partial1_(row0_2, lid_3, wq, xv, p, _buffer_sizes);
-        acc.inner[0] = _e6.x;
-        acc.inner[1] = _e6.y;
-        acc.inner[2] = _e6.z;
-        acc.inner[3] = _e6.w;
-        return;
-    }
-    partial_s(row0_2, lid_3, wq, xv, p, acc, t, u, _buffer_sizes);
-    return;
+    metal::float4 _e192 = a;
+    return _e192;
 }
 
 struct main_Input {
@@ -634,56 +617,75 @@ struct main_Input {
         red = {};
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    bool local = {};
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_3 >= _e15) {
+    if (row0_2 >= _e15) {
         return;
     }
-    bool loop_init_7 = true;
-    while(true) {
-        if (!loop_init_7) {
-            uint _e35 = k;
-            k = _e35 + 1u;
-        }
-        loop_init_7 = false;
-        uint _e19 = k;
-        if (_e19 < 16u) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc.inner[metal::min(unsigned(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t.inner[metal::min(unsigned(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_3, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-    bool loop_init_8 = true;
-    while(true) {
-        if (!loop_init_8) {
-            uint _e60 = k_1;
-            k_1 = _e60 + 1u;
+    bool _e30 = local;
+    if (_e30) {
+        metal::float4 _e31 = partial1_(row0_2, lid, wq, xv, p, _buffer_sizes);
+        metal::float4 unnamed = metal::simd_sum(_e31);
+        if (sgi == 0u) {
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
         }
-        loop_init_8 = false;
-        uint _e44 = k_1;
-        if (_e44 < 4u) {
-        } else {
-            break;
+    } else {
+        bool loop_init_7 = true;
+        while(true) {
+            if (!loop_init_7) {
+                uint _e71 = k;
+                k = _e71 + 1u;
+            }
+            loop_init_7 = false;
+            uint _e55 = k;
+            if (_e55 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc.inner[metal::min(unsigned(_e47), 15u)];
-            float unnamed = metal::simd_sum(_e49);
-            if (sgi == 0u) {
-                uint _e54 = k_1;
-                red.inner[metal::min(unsigned((_e54 * 32u) + sgid), 511u)] = unnamed;
+        partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        bool loop_init_8 = true;
+        while(true) {
+            if (!loop_init_8) {
+                uint _e91 = k_1;
+                k_1 = _e91 + 1u;
+            }
+            loop_init_8 = false;
+            uint _e75 = k_1;
+            if (_e75 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
+                float unnamed_1 = metal::simd_sum(_e80);
+                if (sgi == 0u) {
+                    uint _e85 = k_1;
+                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                }
             }
         }
     }
@@ -692,28 +694,28 @@ struct main_Input {
         bool loop_init_9 = true;
         while(true) {
             if (!loop_init_9) {
-                uint _e79 = m;
-                m = _e79 + 1u;
+                uint _e110 = m;
+                m = _e110 + 1u;
             }
             loop_init_9 = false;
-            uint _e67 = m;
-            if (_e67 < nsg) {
+            uint _e98 = m;
+            if (_e98 < nsg) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red.inner[metal::min(unsigned((lid * 32u) + _e73), 511u)];
-                v = _e69 + _e76;
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
+                v = _e100 + _e107;
             }
         }
-        uint row_2 = row0_3 + naga_div(lid, S);
-        uint _e86 = p.o;
-        if (row_2 < _e86) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_2), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e97;
+        uint row_2 = row0_2 + naga_div(lid, S);
+        uint _e117 = p.o;
+        if (row_2 < _e117) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row_2), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e128;
             return;
         } else {
             return;

@@ -33,13 +33,14 @@ typedef float type_7[1];
 struct type_8 {
     float inner[16];
 };
-struct type_9 {
+struct type_10 {
     uint inner[4];
 };
-struct type_10 {
+struct type_11 {
     float inner[2048];
 };
 constant uint WG = 128u;
+constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 constant uint S = 1u;
 constant uint ROWS = 4u;
 constant uint MUTATE = 0u;
@@ -218,8 +219,8 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint j = {};
-    type_9 code = {};
-    type_9 hdr = {};
+    type_10 code = {};
+    type_10 hdr = {};
     uint r_1 = {};
     uint r_2 = {};
     uint rb = p.row_bytes;
@@ -243,8 +244,8 @@ void partial(
             uint b_1 = naga_div(_e14, 32u);
             uint _e17 = j;
             uint k_5 = naga_mod(_e17, 32u);
-            code = type_9 {};
-            hdr = type_9 {};
+            code = type_10 {};
+            hdr = type_10 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -319,6 +320,18 @@ void partial(
     return;
 }
 
+bool fast1_(
+) {
+    return false;
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2
+) {
+    return metal::float4(0.0);
+}
+
 struct main_Input {
 };
 [[max_total_threads_per_threadgroup(128)]] kernel void main_(
@@ -330,7 +343,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_10& red
+, threadgroup type_11& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -340,56 +353,72 @@ struct main_Input {
         red = {};
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    bool local = {};
     uint k = 0u;
     uint k_1 = 0u;
     float part = 0.0;
     uint m = 0u;
     float v = 0.0;
     uint m_1 = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_1 >= _e12) {
+    if (row0_2 >= _e12) {
         return;
     }
-    bool loop_init_5 = true;
-    while(true) {
-        if (!loop_init_5) {
-            uint _e32 = k;
-            k = _e32 + 1u;
-        }
-        loop_init_5 = false;
-        uint _e16 = k;
-        if (_e16 < 16u) {
-        } else {
-            break;
-        }
-        {
-            uint _e20 = k;
-            acc.inner[metal::min(unsigned(_e20), 15u)] = 0.0;
-            uint _e24 = k;
-            t.inner[metal::min(unsigned(_e24), 15u)] = 0.0;
-            uint _e28 = k;
-            u.inner[metal::min(unsigned(_e28), 15u)] = 0.0;
-        }
+    if (true) {
+        bool _e25 = fast1_();
+        local = _e25;
+    } else {
+        local = false;
     }
-    partial(row0_1, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_6 = true;
-    while(true) {
-        if (!loop_init_6) {
-            uint _e54 = k_1;
-            k_1 = _e54 + 1u;
+    bool _e27 = local;
+    if (_e27) {
+        metal::float4 _e28 = partial1_(row0_2, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    } else {
+        bool loop_init_5 = true;
+        while(true) {
+            if (!loop_init_5) {
+                uint _e65 = k;
+                k = _e65 + 1u;
+            }
+            loop_init_5 = false;
+            uint _e49 = k;
+            if (_e49 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e53 = k;
+                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
+                uint _e57 = k;
+                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
+                uint _e61 = k;
+                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
+            }
         }
-        loop_init_6 = false;
-        uint _e41 = k_1;
-        if (_e41 < 4u) {
-        } else {
-            break;
-        }
-        {
-            uint _e44 = k_1;
-            uint _e50 = k_1;
-            float _e52 = acc.inner[metal::min(unsigned(_e50), 15u)];
-            red.inner[metal::min(unsigned((_e44 * WG) + lid), 2047u)] = _e52;
+        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_6 = true;
+        while(true) {
+            if (!loop_init_6) {
+                uint _e82 = k_1;
+                k_1 = _e82 + 1u;
+            }
+            loop_init_6 = false;
+            uint _e69 = k_1;
+            if (_e69 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e72 = k_1;
+                uint _e78 = k_1;
+                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
+                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
+            }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
@@ -398,53 +427,53 @@ struct main_Input {
         bool loop_init_7 = true;
         while(true) {
             if (!loop_init_7) {
-                uint _e81 = m;
-                m = _e81 + 1u;
+                uint _e109 = m;
+                m = _e109 + 1u;
             }
             loop_init_7 = false;
-            uint _e63 = m;
-            if (_e63 < 16u) {
+            uint _e91 = m;
+            if (_e91 < 16u) {
             } else {
                 break;
             }
             {
-                float _e66 = part;
-                uint _e75 = m;
-                float _e78 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e75), 2047u)];
-                part = _e66 + _e78;
+                float _e94 = part;
+                uint _e103 = m;
+                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
+                part = _e94 + _e106;
             }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e85 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e85;
+    float _e113 = part;
+    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
         bool loop_init_8 = true;
         while(true) {
             if (!loop_init_8) {
-                uint _e104 = m_1;
-                m_1 = _e104 + 1u;
+                uint _e132 = m_1;
+                m_1 = _e132 + 1u;
             }
             loop_init_8 = false;
-            uint _e91 = m_1;
-            if (_e91 < 8u) {
+            uint _e119 = m_1;
+            if (_e119 < 8u) {
             } else {
                 break;
             }
             {
-                float _e94 = v;
-                uint _e98 = m_1;
-                float _e101 = red.inner[metal::min(unsigned((lid * 8u) + _e98), 2047u)];
-                v = _e94 + _e101;
+                float _e122 = v;
+                uint _e126 = m_1;
+                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
+                v = _e122 + _e129;
             }
         }
-        uint row = row0_1 + naga_div(lid, S);
-        uint _e111 = p.o;
-        if (row < _e111) {
-            uint _e118 = p.o;
-            float _e122 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e118) + row), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e122;
+        uint row = row0_2 + naga_div(lid, S);
+        uint _e139 = p.o;
+        if (row < _e139) {
+            uint _e146 = p.o;
+            float _e150 = v;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
             return;
         } else {
             return;

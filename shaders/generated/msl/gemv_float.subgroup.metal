@@ -38,6 +38,7 @@ struct type_11 {
     float inner[512];
 };
 constant uint WG = 128u;
+constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 constant uint S = 1u;
 constant uint ROWS = 4u;
 constant uint KIND = 0u;
@@ -86,13 +87,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local = {};
+    bool local_1 = {};
     if ((b_2 & 15u) == 0u) {
-        local = (b_2 + 16u) <= end_1;
+        local_1 = (b_2 + 16u) <= end_1;
     } else {
-        local = false;
+        local_1 = false;
     }
-    bool _e12 = local;
+    bool _e12 = local_1;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -331,6 +332,18 @@ void partial(
     }
     return;
 }
+
+bool fast1_(
+) {
+    return false;
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2
+) {
+    return metal::float4(0.0);
+}
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
@@ -359,56 +372,75 @@ struct main_Input {
         red = {};
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    bool local = {};
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_1 >= _e15) {
+    if (row0_2 >= _e15) {
         return;
     }
-    bool loop_init_5 = true;
-    while(true) {
-        if (!loop_init_5) {
-            uint _e35 = k;
-            k = _e35 + 1u;
-        }
-        loop_init_5 = false;
-        uint _e19 = k;
-        if (_e19 < 16u) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc.inner[metal::min(unsigned(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t.inner[metal::min(unsigned(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_1, lid, wq, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_6 = true;
-    while(true) {
-        if (!loop_init_6) {
-            uint _e60 = k_1;
-            k_1 = _e60 + 1u;
+    bool _e30 = local;
+    if (_e30) {
+        metal::float4 _e31 = partial1_(row0_2, lid);
+        metal::float4 unnamed = metal::simd_sum(_e31);
+        if (sgi == 0u) {
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
         }
-        loop_init_6 = false;
-        uint _e44 = k_1;
-        if (_e44 < 4u) {
-        } else {
-            break;
+    } else {
+        bool loop_init_5 = true;
+        while(true) {
+            if (!loop_init_5) {
+                uint _e71 = k;
+                k = _e71 + 1u;
+            }
+            loop_init_5 = false;
+            uint _e55 = k;
+            if (_e55 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc.inner[metal::min(unsigned(_e47), 15u)];
-            float unnamed = metal::simd_sum(_e49);
-            if (sgi == 0u) {
-                uint _e54 = k_1;
-                red.inner[metal::min(unsigned((_e54 * 32u) + sgid), 511u)] = unnamed;
+        partial(row0_2, lid, wq, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_6 = true;
+        while(true) {
+            if (!loop_init_6) {
+                uint _e91 = k_1;
+                k_1 = _e91 + 1u;
+            }
+            loop_init_6 = false;
+            uint _e75 = k_1;
+            if (_e75 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
+                float unnamed_1 = metal::simd_sum(_e80);
+                if (sgi == 0u) {
+                    uint _e85 = k_1;
+                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                }
             }
         }
     }
@@ -417,28 +449,28 @@ struct main_Input {
         bool loop_init_7 = true;
         while(true) {
             if (!loop_init_7) {
-                uint _e79 = m;
-                m = _e79 + 1u;
+                uint _e110 = m;
+                m = _e110 + 1u;
             }
             loop_init_7 = false;
-            uint _e67 = m;
-            if (_e67 < nsg) {
+            uint _e98 = m;
+            if (_e98 < nsg) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red.inner[metal::min(unsigned((lid * 32u) + _e73), 511u)];
-                v = _e69 + _e76;
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
+                v = _e100 + _e107;
             }
         }
-        uint row = row0_1 + naga_div(lid, S);
-        uint _e86 = p.o;
-        if (row < _e86) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e97;
+        uint row = row0_2 + naga_div(lid, S);
+        uint _e117 = p.o;
+        if (row < _e117) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e128;
             return;
         } else {
             return;

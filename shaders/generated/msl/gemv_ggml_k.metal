@@ -35,6 +35,7 @@ struct type_11 {
     float inner[2048];
 };
 constant uint WG = 128u;
+constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 constant type_7 KV_IQ4NL = type_7 {{-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0}};
 constant uint S = 1u;
 constant uint ROWS = 4u;
@@ -735,6 +736,18 @@ void partial(
     return;
 }
 
+bool fast1_(
+) {
+    return false;
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_2
+) {
+    return metal::float4(0.0);
+}
+
 struct main_Input {
 };
 [[max_total_threads_per_threadgroup(128)]] kernel void main_(
@@ -755,56 +768,72 @@ struct main_Input {
         red = {};
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    bool local = {};
     uint k = 0u;
     uint k_1 = 0u;
     float part = 0.0;
     uint m = 0u;
     float v = 0.0;
     uint m_1 = 0u;
-    uint row0_1 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_1 >= _e12) {
+    if (row0_2 >= _e12) {
         return;
     }
-    bool loop_init_17 = true;
-    while(true) {
-        if (!loop_init_17) {
-            uint _e32 = k;
-            k = _e32 + 1u;
-        }
-        loop_init_17 = false;
-        uint _e16 = k;
-        if (_e16 < 16u) {
-        } else {
-            break;
-        }
-        {
-            uint _e20 = k;
-            acc.inner[metal::min(unsigned(_e20), 15u)] = 0.0;
-            uint _e24 = k;
-            t.inner[metal::min(unsigned(_e24), 15u)] = 0.0;
-            uint _e28 = k;
-            u.inner[metal::min(unsigned(_e28), 15u)] = 0.0;
-        }
+    if (true) {
+        bool _e25 = fast1_();
+        local = _e25;
+    } else {
+        local = false;
     }
-    partial(row0_1, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-    bool loop_init_18 = true;
-    while(true) {
-        if (!loop_init_18) {
-            uint _e54 = k_1;
-            k_1 = _e54 + 1u;
+    bool _e27 = local;
+    if (_e27) {
+        metal::float4 _e28 = partial1_(row0_2, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    } else {
+        bool loop_init_17 = true;
+        while(true) {
+            if (!loop_init_17) {
+                uint _e65 = k;
+                k = _e65 + 1u;
+            }
+            loop_init_17 = false;
+            uint _e49 = k;
+            if (_e49 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e53 = k;
+                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
+                uint _e57 = k;
+                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
+                uint _e61 = k;
+                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
+            }
         }
-        loop_init_18 = false;
-        uint _e41 = k_1;
-        if (_e41 < 4u) {
-        } else {
-            break;
-        }
-        {
-            uint _e44 = k_1;
-            uint _e50 = k_1;
-            float _e52 = acc.inner[metal::min(unsigned(_e50), 15u)];
-            red.inner[metal::min(unsigned((_e44 * WG) + lid), 2047u)] = _e52;
+        partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        bool loop_init_18 = true;
+        while(true) {
+            if (!loop_init_18) {
+                uint _e82 = k_1;
+                k_1 = _e82 + 1u;
+            }
+            loop_init_18 = false;
+            uint _e69 = k_1;
+            if (_e69 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e72 = k_1;
+                uint _e78 = k_1;
+                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
+                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
+            }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
@@ -813,53 +842,53 @@ struct main_Input {
         bool loop_init_19 = true;
         while(true) {
             if (!loop_init_19) {
-                uint _e81 = m;
-                m = _e81 + 1u;
+                uint _e109 = m;
+                m = _e109 + 1u;
             }
             loop_init_19 = false;
-            uint _e63 = m;
-            if (_e63 < 16u) {
+            uint _e91 = m;
+            if (_e91 < 16u) {
             } else {
                 break;
             }
             {
-                float _e66 = part;
-                uint _e75 = m;
-                float _e78 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e75), 2047u)];
-                part = _e66 + _e78;
+                float _e94 = part;
+                uint _e103 = m;
+                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
+                part = _e94 + _e106;
             }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e85 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e85;
+    float _e113 = part;
+    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
         bool loop_init_20 = true;
         while(true) {
             if (!loop_init_20) {
-                uint _e104 = m_1;
-                m_1 = _e104 + 1u;
+                uint _e132 = m_1;
+                m_1 = _e132 + 1u;
             }
             loop_init_20 = false;
-            uint _e91 = m_1;
-            if (_e91 < 8u) {
+            uint _e119 = m_1;
+            if (_e119 < 8u) {
             } else {
                 break;
             }
             {
-                float _e94 = v;
-                uint _e98 = m_1;
-                float _e101 = red.inner[metal::min(unsigned((lid * 8u) + _e98), 2047u)];
-                v = _e94 + _e101;
+                float _e122 = v;
+                uint _e126 = m_1;
+                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
+                v = _e122 + _e129;
             }
         }
-        uint row = row0_1 + naga_div(lid, S);
-        uint _e111 = p.o;
-        if (row < _e111) {
-            uint _e118 = p.o;
-            float _e122 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e118) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e122;
+        uint row = row0_2 + naga_div(lid, S);
+        uint _e139 = p.o;
+        if (row < _e139) {
+            uint _e146 = p.o;
+            float _e150 = v;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
             return;
         } else {
             return;

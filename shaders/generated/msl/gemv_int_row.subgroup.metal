@@ -33,6 +33,22 @@ typedef float type_7[1];
 struct type_8 {
     float inner[16];
 };
+struct Rows4_ {
+    metal::uint4 v0_;
+    metal::uint4 v1_;
+    metal::uint4 v2_;
+    metal::uint4 v3_;
+};
+struct X8_ {
+    metal::float4 x0_;
+    metal::float4 x1_;
+    metal::float4 x2_;
+    metal::float4 x3_;
+    metal::float4 x4_;
+    metal::float4 x5_;
+    metal::float4 x6_;
+    metal::float4 x7_;
+};
 struct type_10 {
     float inner[4];
 };
@@ -43,6 +59,7 @@ struct type_12 {
     float inner[512];
 };
 constant uint WG = 128u;
+constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 constant uint S = 1u;
 constant uint ROWS = 4u;
 constant uint MUTATE = 0u;
@@ -63,13 +80,13 @@ uint bytes4_(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint k_5 = b >> 2u;
-    uint sh_1 = (b & 3u) * 8u;
+    uint sh = (b & 3u) * 8u;
     uint _e7 = word(k_5, wq, _buffer_sizes);
-    if (sh_1 == 0u) {
+    if (sh == 0u) {
         return _e7;
     }
     uint _e13 = word(k_5 + 1u, wq, _buffer_sizes);
-    return (_e7 >> sh_1) | (_e13 << (32u - sh_1));
+    return (_e7 >> sh) | (_e13 << (32u - sh));
 }
 
 uint keep_before(
@@ -92,13 +109,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local = {};
+    bool local_1 = {};
     if ((b_2 & 15u) == 0u) {
-        local = (b_2 + 16u) <= end_1;
+        local_1 = (b_2 + 16u) <= end_1;
     } else {
-        local = false;
+        local_1 = false;
     }
-    bool _e12 = local;
+    bool _e12 = local_1;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -236,8 +253,102 @@ void fold(
     return;
 }
 
+metal::uint4 rowc(
+    uint row,
+    uint c,
+    uint rb,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    if ((rb & 15u) == 0u) {
+        metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        return _e13;
+    }
+    uint base = row * rb;
+    metal::uint4 _e19 = load16_(base + (16u * c), base + rb, wq, _buffer_sizes);
+    return _e19;
+}
+
+Rows4_ rows4_(
+    metal::uint4 r_1,
+    uint c_1,
+    uint rb_1,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    Rows4_ q_1 = {};
+    metal::uint4 _e6 = rowc(r_1.x, c_1, rb_1, wq, _buffer_sizes);
+    q_1.v0_ = _e6;
+    if (true) {
+        metal::uint4 _e13 = rowc(r_1.y, c_1, rb_1, wq, _buffer_sizes);
+        q_1.v1_ = _e13;
+    }
+    if (true) {
+        metal::uint4 _e20 = rowc(r_1.z, c_1, rb_1, wq, _buffer_sizes);
+        q_1.v2_ = _e20;
+    }
+    if (true) {
+        metal::uint4 _e27 = rowc(r_1.w, c_1, rb_1, wq, _buffer_sizes);
+        q_1.v3_ = _e27;
+    }
+    Rows4_ _e28 = q_1;
+    return _e28;
+}
+
+uint nib_order(
+    uint w_3
+) {
+    if (false) {
+        return ((w_3 & 252645135u) << 4u) | ((w_3 >> 4u) & 252645135u);
+    }
+    return w_3;
+}
+
+metal::float4 nib_in_place(
+    uint w_4
+) {
+    return as_type<metal::float4>((metal::uint4(w_4) & metal::uint4(15u, 240u, 3840u, 61440u)) | metal::uint4(1258291200u));
+}
+
+X8_ x8_(
+    uint c_2,
+    device type_6 const& xv,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint xi = 8u * c_2;
+    metal::float4 _e5 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e10 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e15 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e20 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e25 = xv[metal::min(unsigned(xi + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e30 = xv[metal::min(unsigned(xi + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(xi + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e40 = xv[metal::min(unsigned(xi + 7u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    return X8_ {_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40};
+}
+
+metal::float4 q4row(
+    metal::uint4 w_5,
+    X8_ x
+) {
+    metal::float4 off = metal::float4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    uint _e8 = nib_order(w_5.x);
+    uint _e10 = nib_order(w_5.y);
+    uint _e12 = nib_order(w_5.z);
+    uint _e14 = nib_order(w_5.w);
+    metal::float4 _e15 = nib_in_place(_e8);
+    metal::float4 _e21 = nib_in_place(_e8 >> 16u);
+    metal::float4 _e26 = nib_in_place(_e10);
+    metal::float4 _e33 = nib_in_place(_e10 >> 16u);
+    metal::float4 _e38 = nib_in_place(_e12);
+    metal::float4 _e45 = nib_in_place(_e12 >> 16u);
+    metal::float4 _e50 = nib_in_place(_e14);
+    metal::float4 _e57 = nib_in_place(_e14 >> 16u);
+    return ((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_);
+}
+
 void int_chunk(
-    uint r_1,
+    uint r_2,
     uint i0_,
     metal::uint4 v_3,
     device type_6 const& xv,
@@ -294,10 +405,10 @@ void int_chunk(
                         {
                             uint _e55 = h;
                             uint b_3 = w_8 >> (8u * _e55);
-                            metal::uint4 c_3 = metal::uint4(b_3, b_3 >> 2u, b_3 >> 4u, b_3 >> 6u) & metal::uint4(3u);
+                            metal::uint4 c_5 = metal::uint4(b_3, b_3 >> 2u, b_3 >> 4u, b_3 >> 6u) & metal::uint4(3u);
                             uint _e69 = k_4;
                             uint _e73 = h;
-                            metal::float4 _e76 = u2f(c_3);
+                            metal::float4 _e76 = u2f(c_5);
                             tdot((i0_ + (16u * _e69)) + (4u * _e73), _e76 - metal::float4(2.0), xv, p, t, _buffer_sizes);
                         }
                     }
@@ -312,7 +423,7 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
-void partial_s(
+void partial(
     uint row0_,
     uint lid_1,
     device type_2 const& wq,
@@ -324,102 +435,102 @@ void partial_s(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     type_10 d_2 = {};
-    uint r_2 = 0u;
-    uint c = {};
+    uint r_3 = 0u;
+    uint c_3 = {};
     type_11 v_4 = {};
-    uint r_3 = {};
     uint r_4 = {};
-    uint rb_1 = p.row_bytes;
-    uint nch = naga_div(rb_1 + 15u, 16u);
+    uint r_5 = {};
+    uint rb_2 = p.row_bytes;
+    uint nch = naga_div(rb_2 + 15u, 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
-            uint _e32 = r_2;
-            r_2 = _e32 + 1u;
+            uint _e32 = r_3;
+            r_3 = _e32 + 1u;
         }
         loop_init_4 = false;
-        uint _e16 = r_2;
+        uint _e16 = r_3;
         if (_e16 < ROWS) {
         } else {
             break;
         }
         {
-            uint _e19 = r_2;
+            uint _e19 = r_3;
             uint _e23 = p.o;
             if ((row0_ + _e19) < _e23) {
-                uint _e25 = r_2;
-                uint _e27 = r_2;
+                uint _e25 = r_3;
+                uint _e27 = r_3;
                 float _e29 = scale_f32_(row0_ + _e27, sc, _buffer_sizes);
                 float _e30 = scaled(_e29);
                 d_2.inner[metal::min(unsigned(_e25), 3u)] = _e30;
             }
         }
     }
-    c = lid_1;
+    c_3 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c;
-            c = _e88 + WG;
+            uint _e88 = c_3;
+            c_3 = _e88 + WG;
         }
         loop_init_5 = false;
-        uint _e35 = c;
+        uint _e35 = c_3;
         if (_e35 < nch) {
         } else {
             break;
         }
         {
             v_4 = type_11 {};
-            r_3 = 0u;
+            r_4 = 0u;
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e62 = r_3;
-                    r_3 = _e62 + 1u;
+                    uint _e62 = r_4;
+                    r_4 = _e62 + 1u;
                 }
                 loop_init_6 = false;
-                uint _e41 = r_3;
+                uint _e41 = r_4;
                 if (_e41 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e44 = r_3;
-                    uint base = (row0_ + _e44) * rb_1;
-                    uint _e47 = r_3;
+                    uint _e44 = r_4;
+                    uint base_1 = (row0_ + _e44) * rb_2;
+                    uint _e47 = r_4;
                     uint _e51 = p.o;
                     if ((row0_ + _e47) < _e51) {
-                        uint _e53 = r_3;
-                        uint _e56 = c;
-                        metal::uint4 _e60 = load16_(base + (16u * _e56), base + rb_1, wq, _buffer_sizes);
+                        uint _e53 = r_4;
+                        uint _e56 = c_3;
+                        metal::uint4 _e60 = load16_(base_1 + (16u * _e56), base_1 + rb_2, wq, _buffer_sizes);
                         v_4.inner[metal::min(unsigned(_e53), 3u)] = _e60;
                     }
                 }
             }
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_7 = true;
             while(true) {
                 if (!loop_init_7) {
-                    uint _e86 = r_4;
-                    r_4 = _e86 + 1u;
+                    uint _e86 = r_5;
+                    r_5 = _e86 + 1u;
                 }
                 loop_init_7 = false;
-                uint _e66 = r_4;
+                uint _e66 = r_5;
                 if (_e66 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e69 = r_4;
+                    uint _e69 = r_5;
                     uint _e73 = p.o;
                     if ((row0_ + _e69) < _e73) {
-                        uint _e75 = r_4;
-                        uint _e76 = c;
-                        uint _e78 = r_4;
+                        uint _e75 = r_5;
+                        uint _e76 = c_3;
+                        uint _e78 = r_5;
                         metal::uint4 _e80 = v_4.inner[metal::min(unsigned(_e78), 3u)];
                         int_chunk(_e75, _e76 * 64u, _e80, xv, p, t, _buffer_sizes);
-                        uint _e81 = r_4;
-                        uint _e82 = r_4;
+                        uint _e81 = r_5;
+                        uint _e82 = r_5;
                         float _e84 = d_2.inner[metal::min(unsigned(_e82), 3u)];
                         fold(_e81, _e84, acc, t);
                     }
@@ -430,60 +541,16 @@ void partial_s(
     return;
 }
 
-metal::uint4 rowc(
-    uint row,
-    uint c_1,
-    uint rb,
-    device type_2 const& wq,
-    constant _mslBufferSizes& _buffer_sizes
+bool fast1_(
 ) {
-    if ((rb & 15u) == 0u) {
-        metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c_1), (_buffer_sizes.size0 - 0 - 16) / 16)];
-        return _e13;
-    }
-    uint base_1 = row * rb;
-    metal::uint4 _e19 = load16_(base_1 + (16u * c_1), base_1 + rb, wq, _buffer_sizes);
-    return _e19;
+    return false;
 }
 
 metal::float4 i8v(
-    uint w_3
+    uint w_6
 ) {
-    metal::uint4 b_4 = (metal::uint4(w_3 ^ 2155905152u) >> metal::uint4(0u, 8u, 16u, 24u)) & metal::uint4(255u);
+    metal::uint4 b_4 = (metal::uint4(w_6 ^ 2155905152u) >> metal::uint4(0u, 8u, 16u, 24u)) & metal::uint4(255u);
     return as_type<metal::float4>(b_4 | metal::uint4(1258291200u)) - metal::float4(8388736.0);
-}
-
-metal::float4 fnib(
-    uint w_4
-) {
-    metal::uint4 sh = metal::uint4(19u, 15u, 11u, 7u);
-    if (false) {
-        sh = metal::uint4(15u, 19u, 7u, 11u);
-    }
-    metal::uint4 _e17 = sh;
-    return as_type<metal::float4>(((metal::uint4(w_4) << _e17) & metal::uint4(7864320u)) | metal::uint4(1065353216u)) - metal::float4(1.5);
-}
-
-float fdot8_(
-    uint w_5,
-    metal::float4 xa,
-    metal::float4 xb
-) {
-    metal::float4 _e3 = fnib(w_5);
-    metal::float4 _e7 = fnib(w_5 >> 16u);
-    return metal::dot(_e3, xa) + metal::dot(_e7, xb);
-}
-
-metal::float4 fdot8x4_(
-    metal::uint4 w_6,
-    metal::float4 xa_1,
-    metal::float4 xb_1
-) {
-    float _e4 = fdot8_(w_6.x, xa_1, xb_1);
-    float _e6 = fdot8_(w_6.y, xa_1, xb_1);
-    float _e8 = fdot8_(w_6.z, xa_1, xb_1);
-    float _e10 = fdot8_(w_6.w, xa_1, xb_1);
-    return metal::float4(_e4, _e6, _e8, _e10);
 }
 
 metal::float4 i8dotx4_(
@@ -507,168 +574,87 @@ metal::float4 partial1_(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a = metal::float4(0.0);
-    uint c_2 = {};
-    metal::uint4 v1_ = {};
-    metal::uint4 v2_ = {};
-    metal::uint4 v3_ = {};
-    metal::float4 f = {};
-    uint rb_2 = p.row_bytes;
-    uint nch_1 = naga_div(rb_2 + 15u, 16u);
+    metal::float4 p0_ = metal::float4(0.0);
+    metal::float4 p1_ = metal::float4(0.0);
+    metal::float4 p2_ = metal::float4(0.0);
+    metal::float4 p3_ = metal::float4(0.0);
+    uint c_4 = {};
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div(rb_3 + 15u, 16u);
     uint _e11 = p.o;
     uint last = _e11 - 1u;
-    uint r1_ = metal::min(row0_1 + 1u, last);
-    uint r2_ = metal::min(row0_1 + 2u, last);
-    uint r3_ = metal::min(row0_1 + 3u, last);
-    c_2 = lid_2;
+    metal::uint4 rr = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    c_4 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e216 = c_2;
-            c_2 = _e216 + WG;
+            uint _e135 = c_4;
+            c_4 = _e135 + WG;
         }
         loop_init_8 = false;
-        uint _e27 = c_2;
-        if (_e27 < nch_1) {
+        uint _e40 = c_4;
+        if (_e40 < nch_1) {
         } else {
             break;
         }
         {
-            uint _e29 = c_2;
-            metal::uint4 _e30 = rowc(row0_1, _e29, rb_2, wq, _buffer_sizes);
-            v1_ = metal::uint4(0u);
-            v2_ = metal::uint4(0u);
-            v3_ = metal::uint4(0u);
-            if (true) {
-                uint _e44 = c_2;
-                metal::uint4 _e45 = rowc(r1_, _e44, rb_2, wq, _buffer_sizes);
-                v1_ = _e45;
-            }
-            if (true) {
-                uint _e50 = c_2;
-                metal::uint4 _e51 = rowc(r2_, _e50, rb_2, wq, _buffer_sizes);
-                v2_ = _e51;
-            }
-            if (true) {
-                uint _e56 = c_2;
-                metal::uint4 _e57 = rowc(r3_, _e56, rb_2, wq, _buffer_sizes);
-                v3_ = _e57;
-            }
+            uint _e42 = c_4;
+            Rows4_ _e43 = rows4_(rr, _e42, rb_3, wq, _buffer_sizes);
             if (false) {
-                uint _e63 = c_2;
-                uint xi = 4u * _e63;
-                metal::float4 _e65 = a;
-                uint _e68 = v1_.x;
-                uint _e70 = v2_.x;
-                uint _e72 = v3_.x;
-                metal::float4 _e76 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e77 = i8dotx4_(metal::uint4(_e30.x, _e68, _e70, _e72), _e76);
-                a = _e65 + _e77;
-                metal::float4 _e79 = a;
-                uint _e82 = v1_.y;
-                uint _e84 = v2_.y;
-                uint _e86 = v3_.y;
-                metal::float4 _e92 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e93 = i8dotx4_(metal::uint4(_e30.y, _e82, _e84, _e86), _e92);
-                a = _e79 + _e93;
-                metal::float4 _e95 = a;
-                uint _e98 = v1_.z;
-                uint _e100 = v2_.z;
-                uint _e102 = v3_.z;
-                metal::float4 _e108 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e109 = i8dotx4_(metal::uint4(_e30.z, _e98, _e100, _e102), _e108);
-                a = _e95 + _e109;
-                metal::float4 _e111 = a;
-                uint _e114 = v1_.w;
-                uint _e116 = v2_.w;
-                uint _e118 = v3_.w;
-                metal::float4 _e124 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e125 = i8dotx4_(metal::uint4(_e30.w, _e114, _e116, _e118), _e124);
-                a = _e111 + _e125;
+                uint _e49 = c_4;
+                uint xi_1 = 4u * _e49;
+                metal::float4 _e51 = a;
+                metal::float4 _e63 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e64 = i8dotx4_(metal::uint4(_e43.v0_.x, _e43.v1_.x, _e43.v2_.x, _e43.v3_.x), _e63);
+                a = _e51 + _e64;
+                metal::float4 _e66 = a;
+                metal::float4 _e80 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e81 = i8dotx4_(metal::uint4(_e43.v0_.y, _e43.v1_.y, _e43.v2_.y, _e43.v3_.y), _e80);
+                a = _e66 + _e81;
+                metal::float4 _e83 = a;
+                metal::float4 _e97 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e98 = i8dotx4_(metal::uint4(_e43.v0_.z, _e43.v1_.z, _e43.v2_.z, _e43.v3_.z), _e97);
+                a = _e83 + _e98;
+                metal::float4 _e100 = a;
+                metal::float4 _e114 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e115 = i8dotx4_(metal::uint4(_e43.v0_.w, _e43.v1_.w, _e43.v2_.w, _e43.v3_.w), _e114);
+                a = _e100 + _e115;
             } else {
-                uint _e128 = c_2;
-                uint xi_1 = 8u * _e128;
-                metal::float4 x0_ = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x1_ = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x2_ = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x3_ = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x4_1 = xv[metal::min(unsigned(xi_1 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x5_ = xv[metal::min(unsigned(xi_1 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x6_ = xv[metal::min(unsigned(xi_1 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 x7_ = xv[metal::min(unsigned(xi_1 + 7u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                uint _e170 = v1_.x;
-                uint _e172 = v2_.x;
-                uint _e174 = v3_.x;
-                metal::float4 _e176 = fdot8x4_(metal::uint4(_e30.x, _e170, _e172, _e174), x0_, x1_);
-                f = _e176;
-                metal::float4 _e178 = f;
-                uint _e181 = v1_.y;
-                uint _e183 = v2_.y;
-                uint _e185 = v3_.y;
-                metal::float4 _e187 = fdot8x4_(metal::uint4(_e30.y, _e181, _e183, _e185), x2_, x3_);
-                f = _e178 + _e187;
-                metal::float4 _e189 = f;
-                uint _e192 = v1_.z;
-                uint _e194 = v2_.z;
-                uint _e196 = v3_.z;
-                metal::float4 _e198 = fdot8x4_(metal::uint4(_e30.z, _e192, _e194, _e196), x4_1, x5_);
-                f = _e189 + _e198;
-                metal::float4 _e200 = f;
-                uint _e203 = v1_.w;
-                uint _e205 = v2_.w;
-                uint _e207 = v3_.w;
-                metal::float4 _e209 = fdot8x4_(metal::uint4(_e30.w, _e203, _e205, _e207), x6_, x7_);
-                f = _e200 + _e209;
-                metal::float4 _e211 = a;
-                metal::float4 _e212 = f;
-                a = _e211 + (16.0 * _e212);
+                uint _e117 = c_4;
+                X8_ _e118 = x8_(_e117, xv, _buffer_sizes);
+                metal::float4 _e119 = p0_;
+                metal::float4 _e121 = q4row(_e43.v0_, _e118);
+                p0_ = _e119 + _e121;
+                metal::float4 _e123 = p1_;
+                metal::float4 _e125 = q4row(_e43.v1_, _e118);
+                p1_ = _e123 + _e125;
+                metal::float4 _e127 = p2_;
+                metal::float4 _e129 = q4row(_e43.v2_, _e118);
+                p2_ = _e127 + _e129;
+                metal::float4 _e131 = p3_;
+                metal::float4 _e133 = q4row(_e43.v3_, _e118);
+                p3_ = _e131 + _e133;
             }
         }
     }
-    float _e219 = scale_f32_(row0_1, sc, _buffer_sizes);
-    float _e220 = scaled(_e219);
-    float _e221 = scale_f32_(r1_, sc, _buffer_sizes);
-    float _e222 = scaled(_e221);
-    float _e223 = scale_f32_(r2_, sc, _buffer_sizes);
-    float _e224 = scaled(_e223);
-    float _e225 = scale_f32_(r3_, sc, _buffer_sizes);
-    float _e226 = scaled(_e225);
-    metal::float4 d_3 = metal::float4(_e220, _e222, _e224, _e226);
     if (false) {
-        metal::float4 _e232 = a;
-        return _e232 * d_3;
+        metal::float4 _e142 = p0_;
+        metal::float4 _e145 = p1_;
+        metal::float4 _e148 = p2_;
+        metal::float4 _e151 = p3_;
+        a = metal::float4(metal::dot(_e142, NIB_POS), metal::dot(_e145, NIB_POS), metal::dot(_e148, NIB_POS), metal::dot(_e151, NIB_POS));
     }
-    metal::float4 _e234 = a;
-    return _e234 * d_3;
-}
-
-void partial(
-    uint row0_2,
-    uint lid_3,
-    device type_2 const& wq,
-    device type_3 const& sc,
-    device type_6 const& xv,
-    constant Params& p,
-    thread type_8& acc,
-    thread type_8& t,
-    constant _mslBufferSizes& _buffer_sizes
-) {
-    bool local_1 = {};
-    if (true) {
-        local_1 = false;
-    } else {
-        local_1 = false;
-    }
-    bool _e13 = local_1;
-    if (_e13) {
-        metal::float4 _e14 = partial1_(row0_2, lid_3, wq, sc, xv, p, _buffer_sizes);
-        acc.inner[0] = _e14.x;
-        acc.inner[1] = _e14.y;
-        acc.inner[2] = _e14.z;
-        acc.inner[3] = _e14.w;
-        return;
-    }
-    partial_s(row0_2, lid_3, wq, sc, xv, p, acc, t, _buffer_sizes);
-    return;
+    float _e156 = scale_f32_(rr.x, sc, _buffer_sizes);
+    float _e157 = scaled(_e156);
+    float _e159 = scale_f32_(rr.y, sc, _buffer_sizes);
+    float _e160 = scaled(_e159);
+    float _e162 = scale_f32_(rr.z, sc, _buffer_sizes);
+    float _e163 = scaled(_e162);
+    float _e165 = scale_f32_(rr.w, sc, _buffer_sizes);
+    float _e166 = scaled(_e165);
+    metal::float4 d_3 = metal::float4(_e157, _e160, _e163, _e166);
+    metal::float4 _e168 = a;
+    return _e168 * d_3;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -699,56 +685,75 @@ struct main_Input {
         red = {};
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    bool local = {};
     uint k = 0u;
     uint k_1 = 0u;
     float v = 0.0;
     uint m = 0u;
-    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_3 >= _e15) {
+    if (row0_2 >= _e15) {
         return;
     }
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e35 = k;
-            k = _e35 + 1u;
-        }
-        loop_init_9 = false;
-        uint _e19 = k;
-        if (_e19 < 16u) {
-        } else {
-            break;
-        }
-        {
-            uint _e23 = k;
-            acc.inner[metal::min(unsigned(_e23), 15u)] = 0.0;
-            uint _e27 = k;
-            t.inner[metal::min(unsigned(_e27), 15u)] = 0.0;
-            uint _e31 = k;
-            u.inner[metal::min(unsigned(_e31), 15u)] = 0.0;
-        }
+    if (true) {
+        bool _e28 = fast1_();
+        local = _e28;
+    } else {
+        local = false;
     }
-    partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-    bool loop_init_10 = true;
-    while(true) {
-        if (!loop_init_10) {
-            uint _e60 = k_1;
-            k_1 = _e60 + 1u;
+    bool _e30 = local;
+    if (_e30) {
+        metal::float4 _e31 = partial1_(row0_2, lid, wq, sc, xv, p, _buffer_sizes);
+        metal::float4 unnamed = metal::simd_sum(_e31);
+        if (sgi == 0u) {
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
         }
-        loop_init_10 = false;
-        uint _e44 = k_1;
-        if (_e44 < 4u) {
-        } else {
-            break;
+    } else {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e71 = k;
+                k = _e71 + 1u;
+            }
+            loop_init_9 = false;
+            uint _e55 = k;
+            if (_e55 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e59 = k;
+                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
+                uint _e63 = k;
+                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
+                uint _e67 = k;
+                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+            }
         }
-        {
-            uint _e47 = k_1;
-            float _e49 = acc.inner[metal::min(unsigned(_e47), 15u)];
-            float unnamed = metal::simd_sum(_e49);
-            if (sgi == 0u) {
-                uint _e54 = k_1;
-                red.inner[metal::min(unsigned((_e54 * 32u) + sgid), 511u)] = unnamed;
+        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e91 = k_1;
+                k_1 = _e91 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e75 = k_1;
+            if (_e75 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e78 = k_1;
+                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
+                float unnamed_1 = metal::simd_sum(_e80);
+                if (sgi == 0u) {
+                    uint _e85 = k_1;
+                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                }
             }
         }
     }
@@ -757,28 +762,28 @@ struct main_Input {
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e79 = m;
-                m = _e79 + 1u;
+                uint _e110 = m;
+                m = _e110 + 1u;
             }
             loop_init_11 = false;
-            uint _e67 = m;
-            if (_e67 < nsg) {
+            uint _e98 = m;
+            if (_e98 < nsg) {
             } else {
                 break;
             }
             {
-                float _e69 = v;
-                uint _e73 = m;
-                float _e76 = red.inner[metal::min(unsigned((lid * 32u) + _e73), 511u)];
-                v = _e69 + _e76;
+                float _e100 = v;
+                uint _e104 = m;
+                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
+                v = _e100 + _e107;
             }
         }
-        uint row_1 = row0_3 + naga_div(lid, S);
-        uint _e86 = p.o;
-        if (row_1 < _e86) {
-            uint _e93 = p.o;
-            float _e97 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e93) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e97;
+        uint row_1 = row0_2 + naga_div(lid, S);
+        uint _e117 = p.o;
+        if (row_1 < _e117) {
+            uint _e124 = p.o;
+            float _e128 = v;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e128;
             return;
         } else {
             return;
