@@ -8,11 +8,13 @@
 #   .device/anchor_gemm.py   cuBLAS bf16 GEMM peers (crates/kernels-cuda/anchor_gemm.py)
 #   .device/xtask            `cargo xtask test-matrix` with the cuda backend (if it builds)
 #   .device/run.sh           the whole device run (docs/CUDA.md), writing under $OUT
-# Usage: crates/kernels-cuda/device-bundle.sh   (CARGO_TARGET_DIR is honoured)
+# Usage: crates/kernels-cuda/device-bundle.sh   (CARGO_TARGET_DIR is honoured; DEVICE_DIR
+# puts the bundle elsewhere, e.g. .device/cuda, carried alone and copied to .device/ on the
+# GPU machine first: `cp .device/cuda/* .device/`)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
-dev="$root/.device"
+dev="${DEVICE_DIR:-$root/.device}"
 mkdir -p "$dev"
 test_bin=$(cargo test --release -p kernels-cuda --test gemv_vs_oracle --no-run --message-format=json \
   | jq -r 'select(.profile.test == true and .target.name == "gemv_vs_oracle") | .executable' | tail -1)

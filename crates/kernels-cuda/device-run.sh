@@ -21,7 +21,7 @@ date -u +%Y-%m-%dT%H:%MZ >> "$OUT/gpu.txt"
 if has test; then
   echo "== conformance (must pass)"
   start=$(date +%s)
-  timeout 240 .device/gemv_vs_oracle --test-threads=1 --nocapture > "$OUT/gemv_vs_oracle.log" 2>&1
+  timeout 330 .device/gemv_vs_oracle --test-threads=1 --nocapture > "$OUT/gemv_vs_oracle.log" 2>&1
   echo "gemv_vs_oracle rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
   grep -E "worst error|NVRTC|test result|FAILED|panicked|^test " "$OUT/gemv_vs_oracle.log" | head -80
   echo "== mutations (each must FAIL, on the GEMV, the GEMM and the MoE GEMV)"

@@ -844,6 +844,22 @@ TS_DEV void ld_x(const u8* p, u32 (&v)[NW]) {
     }
 }
 
+// Programmatic dependent launch (-DTS_PDL, sm_90+): the kernel lets the next kernel of the
+// stream launch at once (`pdl_launch`) and waits for the previous one (`pdl_wait`) only
+// before it touches data a kernel may have written (activations, outputs, scratch). A
+// kernel launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start
+// while its predecessor runs; without the attribute, or without TS_PDL, both are no-ops.
+TS_DEV void pdl_launch() {
+#if defined(TS_PDL) && !defined(TS_HOST)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+TS_DEV void pdl_wait() {
+#if defined(TS_PDL) && !defined(TS_HOST)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Warps of a tensor-core GEMV block (device.rs passes the backend's `Tuning::mma_warps`,
 // default layout.rs MMA_WARPS): they split one 16-row tile's k-blocks.
 #ifndef TS_MMA_WARPS
@@ -962,6 +978,21 @@ struct MmaShape {
     enum { NT = (2 * S + 7) / 8 };
 };
 
+// Group classes of the 16-row GEMV's k-block (int4-g only): a k-block of 4 lanes x CBT bytes
+// may span N = KB_COLS / GS groups (16-byte chunks of int4-g64: 2, of int4-g32: 4) when the
+// batch leaves n8 columns free (2 S N <= 8). Lane t's bytes belong to class t N / 4; B column
+// n = 2 S c + 2 s + part carries activation s, part `part`, only in the k slots of class c's
+// lanes (zero elsewhere), so one MMA keeps each group's partial in its own C columns and lane
+// t folds class t / S with that group's scale. The classes are summed across the quad at the
+// end (`mma_class_sum`). N = 1 is the plain kernel (a k-block inside one group).
+template <int FMT, int GS, int CBT>
+struct MmaClasses {
+    enum {
+        KB_COLS = 4 * CBT * MmaFmt<FMT>::CPB,
+        N = (FMT == TS_FMT_INT4_G && GS > 0 && GS < KB_COLS) ? KB_COLS / (GS > 0 ? GS : 1) : 1,
+    };
+};
+
 // Byte offset (within a row) of lane-quad position t's chunk of k-block kb, and its first
 // column.
 template <int FMT, int CBT>
@@ -991,13 +1022,14 @@ TS_DEV i64 mma_kblocks(const MArgs& a) {
 // fold): int4-g / fp8: the f32 bits (or UE8M0 byte) of its group / tile scale; affine: the
 // block's 8-byte header. Rows past O read nothing.
 template <int FMT, int GS, int CBT>
-TS_DEV void mma_scale_raw(const MArgs& a, int r0, int row, i64 kb, u32 (&sr)[MmaFmt<FMT>::NR]) {
+TS_DEV void mma_scale_raw(const MArgs& a, int r0, int row, i64 kb, u32 (&sr)[MmaFmt<FMT>::NR], int cls = 0) {
 #pragma unroll
     for (int k = 0; k < MmaFmt<FMT>::NR; ++k) sr[k] = 0;
     if (row >= a.O) return;
     const i64 col_kb = mma_col0<FMT, CBT>(kb, 0);
     if constexpr (FMT == TS_FMT_INT4_G) {
-        const int ng = a.sc_row, grp = (int)(col_kb / GS);
+        // cls: the group class of the k-block (MmaClasses; 0 when the k-block is one group).
+        const int ng = a.sc_row, grp = (int)(col_kb / GS) + cls;
         sr[0] = *reinterpret_cast<const u32*>(a.sc + 4 * ((i64)row * ng + TS_GROUP(grp, ng)));
     } else if constexpr (FMT == TS_FMT_FP8_F32 || FMT == TS_FMT_FP8_UE8M0) {
         // The 16-row tile sits in one 128-row band, the k-block in one 128-column tile.
@@ -1067,8 +1099,11 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
         KB_COLS = 4 * CBT * F::CPB,
         SCALED = !F::ROW_SCALE,
         CH = MmaChains<S>::CH,
+        NCLS = MmaClasses<FMT, GS, CBT>::N,
     };
-    static_assert(GS == 0 || GS % KB_COLS == 0, "a k-block must sit inside one group");
+    static_assert(GS == 0 || GS % (KB_COLS / NCLS) == 0, "a k-block class must sit inside one group");
+    static_assert(NCLS == 1 || (KB_COLS % NCLS == 0 && 2 * S * NCLS <= 8 && (4 % NCLS) == 0),
+                  "group classes need 2 S N <= 8 free B columns");
 #pragma unroll
     for (int l = 0; l < L; ++l)
 #pragma unroll
@@ -1089,14 +1124,32 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                 for (int h = 0; h < 2; ++h) {
                     const int row = r0 + g + 8 * h;
                     if (kb < nkb && row < a.O) {
-                        ld_chunk<FMT, NW>(a.w + (i64)row * a.rb + mma_chunk_off<FMT, CBT>(kb, t), w[u][l][h]);
+                        if constexpr (F::AFFINE) {
+                            // The 136-byte blocks are only 8-byte aligned, so a lane's chunk is
+                            // two 8-byte loads; taken as bytes 8t and 32 + 8t of the quad's 64,
+                            // each load of the quad is one whole 32-byte sector (a contiguous
+                            // 16-byte chunk split in two would touch each sector twice). Its
+                            // columns are 16t.. and 64 + 16t.. of the k-block (see the x loads).
+                            const u8* p = a.w + (i64)row * a.rb + (kb >> 1) * 136 + 8 + (kb & 1) * 64 + 8 * t;
+                            u32 pa[2], pb[2];
+                            ld_stream<2>(p, pa);
+                            ld_stream<2>(p + 32, pb);
+                            w[u][l][h][0] = pa[0];
+                            w[u][l][h][1] = pa[1];
+                            w[u][l][h][2] = pb[0];
+                            w[u][l][h][3] = pb[1];
+                        } else {
+                            ld_chunk<FMT, NW>(a.w + (i64)row * a.rb + mma_chunk_off<FMT, CBT>(kb, t), w[u][l][h]);
+                        }
                     } else {
 #pragma unroll
                         for (int k = 0; k < NW; ++k) w[u][l][h][k] = 0;
                     }
                     if constexpr (SCALED) {
-                        if (kb < nkb) {
-                            mma_scale_raw<FMT, GS, CBT>(a, r0, row, kb, r[u][l][h]);
+                        // With group classes, lane t folds the C columns of class t / S.
+                        const int cls = NCLS > 1 ? t / S : 0;
+                        if (kb < nkb && cls < NCLS) {
+                            mma_scale_raw<FMT, GS, CBT>(a, r0, row, kb, r[u][l][h], cls);
                         } else {
 #pragma unroll
                             for (int k = 0; k < F::NR; ++k) r[u][l][h][k] = 0;
@@ -1119,8 +1172,26 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int n = 8 * nt + g;
-                    if (n < 2 * S) {
-                        ld_x<NXW>(a.xh + 2 * ((i64)n * a.xs + mma_col0<FMT, CBT>(kb, t)), xv[l][nt]);
+                    // Group classes: column n belongs to class n / 2S, and only that class's
+                    // lanes (t N / 4) put the activation in their k slots.
+                    const bool on = NCLS > 1 ? (n < 2 * S * NCLS && n / (2 * S) == t * NCLS / 4) : n < 2 * S;
+                    if (on) {
+                        const int xr = NCLS > 1 ? n % (2 * S) : n;
+                        if constexpr (F::AFFINE) {
+                            // The lane's two 8-byte pieces: columns 16t.. and 64 + 16t.. (load).
+                            static_assert(NXW == 16, "two 16-column pieces");
+                            const i64 c0 = mma_col0<FMT, CBT>(kb, 0) + 16 * t;
+                            u32 xa8[8], xb8[8];
+                            ld_x<8>(a.xh + 2 * ((i64)xr * a.xs + c0), xa8);
+                            ld_x<8>(a.xh + 2 * ((i64)xr * a.xs + c0 + 64), xb8);
+#pragma unroll
+                            for (int k = 0; k < 8; ++k) {
+                                xv[l][nt][k] = xa8[k];
+                                xv[l][nt][8 + k] = xb8[k];
+                            }
+                        } else {
+                            ld_x<NXW>(a.xh + 2 * ((i64)xr * a.xs + mma_col0<FMT, CBT>(kb, t)), xv[l][nt]);
+                        }
                     } else {
 #pragma unroll
                         for (int k = 0; k < NXW; ++k) xv[l][nt][k] = 0;
@@ -1230,6 +1301,9 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     u32 sr[D][U][L][2][F::NR];
 #pragma unroll
     for (int d = 0; d < D; ++d) load(warp + d * stride, wv[d], sr[d]);
+    // Programmatic dependent launch: the first stages' weights and scales (never written by a
+    // kernel) are in flight; the activations may come from the previous kernel.
+    pdl_wait();
     for (i64 kb0 = warp; kb0 < nkb; kb0 += D * stride) {
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -1241,14 +1315,44 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     }
 }
 
+// Group classes: lane t holds class t / S of activation t % S; the sum over the quad's
+// lanes t with the same t % S (butterfly over masks S, 2S < 4) leaves each activation's
+// total in lanes t < S. L = 32 (host): the lanes of one warp in an array.
+template <int S, int NCLS, int L>
+TS_DEV void mma_class_sum(float (&tot)[L][MmaShape<S>::NT][4]) {
+    enum { NT = MmaShape<S>::NT };
+    if constexpr (NCLS > 1) {
+#pragma unroll
+        for (int m = S; m < 4; m <<= 1) {
+#ifdef TS_HOST
+            float nv[L][NT][4];
+            for (int l = 0; l < L; ++l)
+                for (int nt = 0; nt < NT; ++nt)
+                    for (int q = 0; q < 4; ++q) nv[l][nt][q] = tot[l][nt][q] + tot[l ^ m][nt][q];
+            for (int l = 0; l < L; ++l)
+                for (int nt = 0; nt < NT; ++nt)
+                    for (int q = 0; q < 4; ++q) tot[l][nt][q] = nv[l][nt][q];
+#else
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) tot[0][nt][q] += __shfl_xor_sync(0xffffffffu, tot[0][nt][q], m);
+#endif
+        }
+    } else {
+        (void)tot;
+    }
+}
+
 // Lane-local end: the (warp-summed) tile partial of this lane -> y, times 1/p and the
 // per-row scale.
-template <int FMT, int S>
+// With group classes (NCLS > 1), after `mma_class_sum` lane t < S holds activation t.
+template <int FMT, int S, int NCLS = 1>
 TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaShape<S>::NT][4], float* y) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < MmaShape<S>::NT; ++nt) {
-        const int s = 4 * nt + t;
+        const int s = NCLS > 1 ? t : 4 * nt + t;
         if (s >= S) continue;
         const float inv_p = a.xa[s];
 #pragma unroll
@@ -1742,7 +1846,8 @@ TS_GEMM_KERNEL(TS_GEMM)
 // so the halves are the host's whenever both pick the same p (the host takes e from an f32
 // log2, which may round up just below a power of two: then p differs by 2, equally exact); xa = [sp] 1/p, then [sp, xs / 128] sums of x p
 // (summed in f32 here, in f64 on the host). Rows s in [S, sp) are padding: zero halves,
-// 1/p = 1, zero sums. Grid: sp blocks of 256 threads.
+// 1/p = 1, zero sums. Grid: (ceil(xs / TS_PREP_COLS), sp) blocks of 256 threads, block
+// (c, s) splitting columns c TS_PREP_COLS .. of row s.
 // With -DTS_PREP_ROWS it writes the 16-row tensor-core GEMV's layout instead (layout.rs
 // `split_activations`): halves [2S, xs], row 2s + part, 4-bit formats in nibble order within
 // each 8 columns; xa [S] 1/p, then [S, xs / 128] sums (launched with sp = S, nbt unused).
@@ -1777,16 +1882,30 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
     return (st * nbt + nt) * (i64)(SC * 8) + (((kb * NQ + q) * 8 + g) * 4 + t) * 8 + pos;
 #endif
 }
+// Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
+#define TS_PREP_COLS 2048
 extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
                                                            float* __restrict__ xa, int S, int xs, int nbt, int sp) {
     __shared__ float red[8];
     __shared__ float pp[2];
-    const int s = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // Programmatic dependent launch (-DTS_PDL): the GEMV after this split may launch now and
+    // load its weights; x and the split buffers are touched only after the previous kernel.
+    pdl_launch();
+    pdl_wait();
+    const int s = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const bool real = s < S;
     const float* row = x + (i64)s * xs;
+    // Every block of row s finds the same max over the whole row (x is a few KB and sits in
+    // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
+    // 1024, so float4 loads never run past the row.
     float m = 0.0f;
-    if (real)
-        for (int i = tid; i < xs; i += 256) m = fmaxf(m, fabsf(row[i]));
+    if (real) {
+#pragma unroll 4
+        for (int i = 4 * tid; i < xs; i += 1024) {
+            const F4 v = load_x4(row, i);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+    }
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     if (lane == 0) red[warp] = m;
@@ -1803,26 +1922,55 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
         }
         pp[0] = p;
         pp[1] = inv;
-        xa[s] = inv;
+        if (blockIdx.x == 0) xa[s] = inv;
     }
     __syncthreads();
     const float p = pp[0];
-    for (int i = tid; i < xs; i += 256) {
-        const float v = real ? row[i] * p : 0.0f;
-        const u32 hi = f32_to_f16_rn(v);
-        const u32 lo = f32_to_f16_rn(v - f16_to_f32(hi));
-        xg[tile_offset(2 * s, i, nbt, xs)] = (unsigned short)hi;
-        xg[tile_offset(2 * s + 1, i, nbt, xs)] = (unsigned short)lo;
-    }
-    const int segs = xs / TS_SUM_SEG;
-    for (int g = warp; g < segs; g += 8) {
-        float v = 0.0f;
-        if (real)
+    // This thread's 8 columns (an aligned nibble-order group).
+    const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
+    const bool in = i0 < xs;
+    float v[8];
+    if (real && in) {
+        const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
+        v[0] = a.x * p, v[1] = a.y * p, v[2] = a.z * p, v[3] = a.w * p;
+        v[4] = b.x * p, v[5] = b.y * p, v[6] = b.z * p, v[7] = b.w * p;
+    } else {
 #pragma unroll
-            for (int k = 0; k < TS_SUM_SEG / 32; ++k) v += row[(i64)g * TS_SUM_SEG + lane + 32 * k] * p;
-        v = warp_sum(v);
-        if (lane == 0) xa[sp + (i64)s * segs + g] = v;
+        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
     }
+    if (in) {
+        u32 hi[8], lo[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            hi[e] = f32_to_f16_rn(v[e]);
+            lo[e] = f32_to_f16_rn(v[e] - f16_to_f32(hi[e]));
+        }
+#ifdef TS_PREP_ROWS
+        // Rows 2s (hi) and 2s + 1 (lo) of [2S, xs]; 4-bit formats in the order 0, 4, 1, 5,
+        // 2, 6, 3, 7 of each 8 columns (layout.rs nibble_order): one 16-byte store a part.
+        U4 h, l;
+        if (TS_PREP_NIB) {
+            h = U4{hi[0] | (hi[4] << 16), hi[1] | (hi[5] << 16), hi[2] | (hi[6] << 16), hi[3] | (hi[7] << 16)};
+            l = U4{lo[0] | (lo[4] << 16), lo[1] | (lo[5] << 16), lo[2] | (lo[6] << 16), lo[3] | (lo[7] << 16)};
+        } else {
+            h = U4{hi[0] | (hi[1] << 16), hi[2] | (hi[3] << 16), hi[4] | (hi[5] << 16), hi[6] | (hi[7] << 16)};
+            l = U4{lo[0] | (lo[1] << 16), lo[2] | (lo[3] << 16), lo[4] | (lo[5] << 16), lo[6] | (lo[7] << 16)};
+        }
+        *reinterpret_cast<U4*>(xg + (i64)(2 * s) * xs + i0) = h;
+        *reinterpret_cast<U4*>(xg + (i64)(2 * s + 1) * xs + i0) = l;
+#else
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            xg[tile_offset(2 * s, i0 + e, nbt, xs)] = (unsigned short)hi[e];
+            xg[tile_offset(2 * s + 1, i0 + e, nbt, xs)] = (unsigned short)lo[e];
+        }
+#endif
+    }
+    // Sums of x p over 128-column segments: 16 threads' columns, half a warp.
+    float t = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+#pragma unroll
+    for (int k = 8; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
+    if (in && (lane & 15) == 0) xa[sp + (i64)s * (xs / TS_SUM_SEG) + i0 / TS_SUM_SEG] = t;
 }
 
 #elif defined(TS_MOE)
@@ -1922,6 +2070,8 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     a.sc_row = sc_row;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = blockIdx.x * 16;
+    enum { NCLS = MmaClasses<TS_FMT, TS_GS, TS_MMA>::N };
+    pdl_launch();
     float acc[1][NT][4];
     mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc);
 #pragma unroll
@@ -1930,7 +2080,7 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
         for (int q = 0; q < 4; ++q) red[warp][nt][q][lane] = acc[0][nt][q];
     __syncthreads();
     if (warp == 0) {
-        float tot[NT][4];
+        float tot[1][NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -1938,9 +2088,11 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
                 float v = 0.0f;
 #pragma unroll
                 for (int k = 0; k < TS_MMA_WARPS; ++k) v += red[k][nt][q][lane];
-                tot[nt][q] = v;
+                tot[0][nt][q] = v;
             }
-        mma_store<TS_FMT, S>(a, r0, lane, tot, y);
+        mma_class_sum<S, NCLS, 1>(tot);
+        pdl_wait();  // y may be read or written by the previous kernel
+        mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], y);
     }
 }
 #define TS_MMA_KERNEL(S_) TS_MMA_KERNEL_(S_)

@@ -9,8 +9,9 @@
 //! through at least 512 MB so the 60 MB L2 never holds the next launch's weights.
 //!
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
-//!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores]
-//! `--tunings` times the tensor-core kernels once per tuning: `default`; `rows` (the 16-row
+//!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores] [--resident]
+//! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
+//! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
 //! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
 //! blocks>`, `x` for the source's default; see `kernels_cuda::Tuning`); `--cuda-cores` adds
@@ -20,7 +21,7 @@
 
 mod bench_common;
 
-use bench_common::{check_head, copy_bandwidth, fail, parse_shapes, time, time_queued};
+use bench_common::{check_head, copy_bandwidth, fail, parse_shapes, time, time_queued_host};
 use kernels_cuda::{CudaBackend, DeviceTensor, KernelPath, Tuning};
 use quant_core::testdata::{Rng, activations, weights};
 use quant_core::{EncodeOptions, Format, encode};
@@ -50,6 +51,9 @@ struct Opts {
     tunings: Vec<(String, Tuning)>,
     /// Also time the CUDA-core kernel where the tensor cores serve the shape.
     cuda_cores: bool,
+    /// Also time `gemv_launch_resident` (device-side split + GEMV: the engine's path) per
+    /// tuning.
+    resident: bool,
 }
 
 /// "default", or w<warps>d<depth>b<min blocks> with `x` for the source's default, e.g.
@@ -57,6 +61,15 @@ struct Opts {
 fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
+    }
+    // "nopdl": plain launches; "noclass": int4-g32/g64 in their own chunk at small S;
+    // "base": both (the session-3 kernels and launches).
+    if name == "nopdl" || name == "noclass" || name == "base" {
+        return Ok(Tuning {
+            pdl: name == "noclass",
+            mma_classes: name == "nopdl",
+            ..Tuning::default()
+        });
     }
     // "rows": the 16-row tensor-core GEMV at its defaults; "rowsc1": with one accumulator
     // chain (the kernel before session 3).
@@ -134,6 +147,7 @@ fn parse_args() -> Result<Opts, String> {
         shapes: SHAPES.to_vec(),
         tunings: vec![("default".into(), Tuning::default())],
         cuda_cores: false,
+        resident: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -141,6 +155,7 @@ fn parse_args() -> Result<Opts, String> {
         match a.as_str() {
             "--quick" => o.reps = 10,
             "--cuda-cores" => o.cuda_cores = true,
+            "--resident" => o.resident = true,
             "--formats" => {
                 o.formats = value()?
                     .split(',')
@@ -174,6 +189,8 @@ struct Row {
     path: String,
     secs: f64,
     queued: f64,
+    /// Host seconds per launch while queueing them.
+    host: f64,
     bytes: usize,
     check: f64,
 }
@@ -237,16 +254,69 @@ fn main() {
                         Tuning::default(),
                     ));
                 }
-                for (path, path_name, tuning) in paths {
+                // The resident launch (split on the device, then the GEMV) per tuning: x
+                // already on the device in the stored domain, as the engine holds it.
+                let xdev = if opts.resident && ws[0].uses_tensor_cores(s) {
+                    let xp = kernels_cuda::layout::prepare_activations(
+                        format,
+                        cols,
+                        t.rotation_seed,
+                        &x,
+                        s,
+                        ws[0].x_stride(),
+                    )
+                    .unwrap_or_else(|e| fail(e));
+                    Some(
+                        b.stream()
+                            .clone_htod(&xp)
+                            .unwrap_or_else(|e| fail(format!("{e:?}"))),
+                    )
+                } else {
+                    None
+                };
+                let mut all: Vec<(KernelPath, String, Tuning, bool)> = paths
+                    .iter()
+                    .map(|(p, n, t)| (*p, n.clone(), t.clone(), false))
+                    .collect();
+                if xdev.is_some() {
+                    for (name, tuning) in &opts.tunings {
+                        all.push((
+                            KernelPath::Auto,
+                            format!("resident {name}"),
+                            tuning.clone(),
+                            true,
+                        ));
+                    }
+                }
+                for (path, path_name, tuning, resident) in all {
                     let mut y = b.poisoned_output(&ws[0], s).unwrap_or_else(|e| fail(e));
-                    let secs = time(&b, opts.reps, 5, |k| {
-                        b.gemv_launch_tuned(&ws[k % ws.len()], &xa, &mut y, path, &tuning)
-                    })
-                    .unwrap_or_else(|e| fail(e));
-                    let queued = time_queued(&b, opts.reps, |k| {
-                        b.gemv_launch_tuned(&ws[k % ws.len()], &xa, &mut y, path, &tuning)
-                    })
-                    .unwrap_or_else(|e| fail(e));
+                    let launch =
+                        |k: usize, y: &mut kernels_cuda::cudarc::driver::CudaSlice<f32>| {
+                            let w = &ws[k % ws.len()];
+                            match (&xdev, resident) {
+                                (Some(xd), true) => b.gemv_launch_resident_tuned(
+                                    w,
+                                    &xd.slice(..),
+                                    s,
+                                    &mut y.slice_mut(..),
+                                    &tuning,
+                                ),
+                                _ => b.gemv_launch_tuned(w, &xa, y, path, &tuning),
+                            }
+                        };
+                    // A path that cannot launch is reported and skipped, not fatal: one
+                    // device call times every other path anyway.
+                    let timed = time(&b, opts.reps, 5, |k| launch(k, &mut y)).and_then(|secs| {
+                        time_queued_host(&b, opts.reps, |k| launch(k, &mut y))
+                            .map(|(q, h)| (secs, q, h))
+                    });
+                    let (secs, queued, host) = match timed {
+                        Ok(t) => t,
+                        Err(e) => {
+                            eprintln!("[{rows} x {cols}] {format} S={s} {path_name}: FAILED: {e}");
+                            continue;
+                        }
+                    };
                     // Spot check: the first 128 rows of the last output against the oracle.
                     let yh = b
                         .stream()
@@ -261,6 +331,7 @@ fn main() {
                         path: path_name,
                         secs,
                         queued,
+                        host,
                         bytes: ws[0].stored_bytes(),
                         check,
                     };
@@ -279,13 +350,13 @@ fn main() {
     }
     println!();
     println!(
-        "| shape | format | S | kernel | us | weight GB/s | % of copy | us queued | % of copy queued | max err (128 rows) |"
+        "| shape | format | S | kernel | us | weight GB/s | % of copy | us queued | % of copy queued | host us / launch | max err (128 rows) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &results {
         let gbps = r.bytes as f64 / r.secs / 1e9;
         println!(
-            "| {} x {} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {:.1} | {:.0}% | {:.1e} |",
+            "| {} x {} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.1e} |",
             r.rows,
             r.cols,
             r.format,
@@ -296,6 +367,7 @@ fn main() {
             100.0 * gbps / copy,
             r.queued * 1e6,
             100.0 * (r.bytes as f64 / r.queued / 1e9) / copy,
+            r.host * 1e6,
             r.check
         );
     }
@@ -307,7 +379,7 @@ fn main() {
         );
         for (k, r) in results.iter().enumerate() {
             json.push_str(&format!(
-                "  {{\"O\": {}, \"I\": {}, \"format\": \"{}\", \"S\": {}, \"kernel\": \"{}\", \"us\": {}, \"us_queued\": {}, \"bytes\": {}, \"GBps\": {}, \"max_err_head\": {}}}{}\n",
+                "  {{\"O\": {}, \"I\": {}, \"format\": \"{}\", \"S\": {}, \"kernel\": \"{}\", \"us\": {}, \"us_queued\": {}, \"host_us_per_launch\": {}, \"bytes\": {}, \"GBps\": {}, \"max_err_head\": {}}}{}\n",
                 r.rows,
                 r.cols,
                 r.format,
@@ -315,6 +387,7 @@ fn main() {
                 r.path,
                 r.secs * 1e6,
                 r.queued * 1e6,
+                r.host * 1e6,
                 r.bytes,
                 r.bytes as f64 / r.secs / 1e9,
                 if r.check.is_finite() { format!("{}", r.check) } else { "null".into() },

@@ -80,6 +80,30 @@ impl Capability {
     }
 }
 
+/// The chunk the 16-row tensor-core GEMV (`gemv_mma_s<S>`) takes for `kernel` at batch
+/// `s` on rows of `row_bytes`, given the row's tensor-core kernel `m`: 16 bytes for
+/// int4-g32 / int4-g64 where the batch leaves the n8 columns for the group classes
+/// (gemv.cu `MmaClasses`: a k-block of 2 or 4 groups, 2 S (128 / group) <= 8) and the row is
+/// whole 64-byte k-blocks; otherwise `m` itself (the GEMM and the tile GEMV keep `m`).
+pub fn rows_chunk(kernel: KernelId, m: MmaKernel, s: usize, row_bytes: usize) -> MmaKernel {
+    const WIDE: u32 = 16;
+    let classes = if kernel.fmt == fmt_id::INT4_G && matches!(kernel.group, 32 | 64) {
+        (4 * WIDE * 2 / kernel.group) as usize
+    } else {
+        1
+    };
+    let fits = classes > 1
+        && m.chunk_bytes < WIDE
+        && 2 * s * classes <= 8
+        && row_bytes > 0
+        && row_bytes.is_multiple_of(4 * WIDE as usize);
+    if fits {
+        MmaKernel { chunk_bytes: WIDE }
+    } else {
+        m
+    }
+}
+
 /// Whether a tensor-core kernel id stores two codes a byte (4-bit formats) rather than one:
 /// it sets the columns of a k-block and the order of the GEMM's activation layout.
 pub fn nibble_codes(fmt: u32) -> bool {
@@ -311,6 +335,32 @@ mod tests {
             lookup(Op::Gemv, Format::Fp8E4m3B128, 1).unwrap().tiles_from,
             NO_TILES
         );
+    }
+
+    /// The group-class chunk: 16 bytes only for int4-g32 (S = 1) and int4-g64 (S <= 2) on
+    /// rows of whole 64-byte k-blocks; every other case keeps the row's own chunk.
+    #[test]
+    fn rows_chunk_takes_group_classes_only_where_the_columns_allow() {
+        let chunk = |f: Format, s: usize, rb: usize| {
+            let c = lookup(Op::Gemv, f, s).unwrap();
+            rows_chunk(c.kernel, c.mma.unwrap(), s, rb).chunk_bytes
+        };
+        assert_eq!(chunk(Format::Int4G64, 1, 2048), 16);
+        assert_eq!(chunk(Format::Int4G64, 2, 2048), 16);
+        assert_eq!(chunk(Format::Int4G64, 3, 2048), 8);
+        assert_eq!(chunk(Format::Int4G64, 1, 2048 + 32), 8);
+        assert_eq!(chunk(Format::Int4G32, 1, 2048), 16);
+        assert_eq!(chunk(Format::Int4G32, 2, 2048), 4);
+        for f in [
+            Format::Int4G96,
+            Format::Int4G128,
+            Format::Int4G192,
+            Format::Int4Row,
+            Format::Fp8E4m3B128,
+        ] {
+            let own = lookup(Op::Gemv, f, 1).unwrap().mma.unwrap().chunk_bytes;
+            assert_eq!(chunk(f, 1, 6144), own, "{f}");
+        }
     }
 
     #[test]

@@ -73,6 +73,15 @@ pub struct Tuning {
     pub gemm_nt_f16: u32,
     /// cp.async stages of the GEMM's activation tiles (`TS_GEMM_STAGES`).
     pub gemm_stages: u32,
+    /// The 16-row tensor-core GEMV of int4-g32 / int4-g64 takes 16-byte chunks spanning
+    /// 2-4 groups where S leaves the n8 columns for them ([`crate::caps::rows_chunk`],
+    /// gemv.cu `MmaClasses`); `false`: the format's own chunk (8 / 4 bytes).
+    pub mma_classes: bool,
+    /// Programmatic dependent launch of the 16-row tensor-core GEMV and of `tile_prep`
+    /// (`-DTS_PDL`, `cuLaunchKernelEx`): the GEMV may start and load weights while the
+    /// previous kernel of the stream finishes; grids that [`crate::layout::pdl_pays`]
+    /// rejects launch plainly (the kernel's wait is then a no-op).
+    pub pdl: bool,
     /// The split-K tile GEMV ([`Build::GemvTiles`]): `None` lets [`crate::KernelPath::Auto`]
     /// follow the capability table ([`crate::caps::Capability::tiles_from`]); `Some(n)`
     /// runs it for S >= n wherever the tensor cores take the shape (`Some(0)`: never,
@@ -97,6 +106,8 @@ impl Default for Tuning {
             mma_depth: None,
             mma_min_blocks: None,
             mma_chains: None,
+            mma_classes: true,
+            pdl: true,
             gemm_nt_split: 8,
             gemm_nt_f16: 4,
             gemm_stages: 4,
@@ -228,6 +239,9 @@ impl ModuleKey {
                 if let Some(c) = t.mma_chains {
                     o.push(format!("-DTS_MMA_CHAINS={c}"));
                 }
+                if t.pdl {
+                    o.push("-DTS_PDL".to_string());
+                }
             }
             Build::Gemm { mma, parts } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
@@ -258,6 +272,9 @@ impl ModuleKey {
                 o.push(format!("-DTS_PREP_NIB={}", u32::from(*nibbles)));
                 if *rows {
                     o.push("-DTS_PREP_ROWS".to_string());
+                }
+                if t.pdl {
+                    o.push("-DTS_PDL".to_string());
                 }
             }
             Build::Moe { variants } => {
@@ -430,6 +447,11 @@ mod tests {
         assert!(GEMV_SOURCE.contains(&format!(
             "#define TS_MMA_WARPS {}\n",
             crate::layout::MMA_WARPS
+        )));
+        // tile_prep's column blocks are the launch's.
+        assert!(GEMV_SOURCE.contains(&format!(
+            "#define TS_PREP_COLS {}\n",
+            crate::layout::PREP_COLS
         )));
     }
 

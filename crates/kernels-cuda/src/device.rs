@@ -443,6 +443,12 @@ impl CudaBackend {
                     let mut builds = vec![(Build::Gemv, &self.tuning)];
                     for t in tunings {
                         builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t)));
+                        // The group-class chunk where S allows it (any row of whole 64-byte
+                        // k-blocks takes it).
+                        builds.extend(cap.mma.and_then(|m| {
+                            let c = caps::rows_chunk(cap.kernel, m, s, 64);
+                            (t.mma_classes && c != m).then_some((Build::GemvMma(c), t))
+                        }));
                         builds.extend(cap.mma.map(|m| {
                             let nt = layout::gemv_tiles(m.chunk_bytes, false, s).nt as u32;
                             (Build::GemvTiles { mma: m, nt }, t)
@@ -737,6 +743,12 @@ impl CudaBackend {
         tuning: &Tuning,
     ) -> Result<(), CudaError> {
         let sh = w.shape;
+        // int4-g32 / g64 at small S: 16-byte chunks over 2-4 groups (gemv.cu `MmaClasses`).
+        let m = if tuning.mma_classes {
+            caps::rows_chunk(kernel, m, s, sh.row_bytes as usize)
+        } else {
+            m
+        };
         {
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, tuning))?;
             let cfg = LaunchConfig {
@@ -744,6 +756,9 @@ impl CudaBackend {
                 block_dim: (32 * tuning.mma_warps, 1, 1),
                 shared_mem_bytes: 0,
             };
+            if tuning.pdl && layout::pdl_pays(cfg.grid_dim.0, self.sms) {
+                return self.launch_rows_pdl(&f, cfg, w, (xh, xa), y);
+            }
             let mut b = self.stream.launch_builder(&f);
             b.arg(&w.weights)
                 .arg(&w.scales)
@@ -763,6 +778,97 @@ impl CudaBackend {
             unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
         }
         Ok(())
+    }
+
+    /// [`CudaBackend::launch_rows`]'s launch with programmatic dependent launch
+    /// (`cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`):
+    /// the kernel (built with `-DTS_PDL`) may start while the stream's previous kernel
+    /// runs, loads its first weight stages, and waits for that kernel (`griddepcontrol.wait`)
+    /// before it reads the activations or writes `y`. It lets the next kernel launch at
+    /// once (`griddepcontrol.launch_dependents`); kernels launched without the attribute
+    /// still wait for its completion.
+    fn launch_rows_pdl(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        w: &DeviceTensor,
+        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        let st = &self.stream;
+        let (pw, _gw) = w.weights.device_ptr(st);
+        let (ps, _gs) = w.scales.device_ptr(st);
+        let (px, _gx) = xh.device_ptr(st);
+        let (pa, _ga) = xa.device_ptr(st);
+        let (py, _gy) = y.device_ptr(st);
+        let (mut pw, mut ps, mut px, mut pa, mut py) = (pw, ps, px, pa, py);
+        let (mut rb, mut rows, mut xs, mut scr) = (sh.row_bytes, sh.rows, sh.x_stride, sh.sc_row);
+        let mut params: [*mut std::ffi::c_void; 9] = [
+            (&raw mut pw).cast(),
+            (&raw mut ps).cast(),
+            (&raw mut px).cast(),
+            (&raw mut pa).cast(),
+            (&raw mut py).cast(),
+            (&raw mut rb).cast(),
+            (&raw mut rows).cast(),
+            (&raw mut xs).cast(),
+            (&raw mut scr).cast(),
+        ];
+        // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter types
+        // (u8*, u8*, u16*, f32*, f32*, i64, i32, i32, i32: device pointers are 64-bit
+        // CUdeviceptr values), alive across the call; the buffers are those `launch_rows`
+        // documents (sizes checked by its callers), kept alive past the enqueue by the
+        // device-pointer guards; `f` is a loaded kernel of this context.
+        unsafe { self.launch_pdl(f, cfg, &mut params) }.map_err(CudaError::driver(
+            "launching the GEMV (programmatic dependent launch)",
+        ))
+    }
+
+    /// `cuLaunchKernelEx` of `f` on the backend's stream with
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (gemv.cu `pdl_wait`).
+    ///
+    /// # Safety
+    /// `params` must point at one value of each of `f`'s parameter types, in order, valid
+    /// for the kernel's whole run as far as they are device pointers (the driver copies the
+    /// values themselves), and `f` must wait (`griddepcontrol.wait`) before it touches
+    /// anything an earlier kernel of the stream may write.
+    unsafe fn launch_pdl(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), cudarc::driver::DriverError> {
+        use cudarc::driver::sys;
+        // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of C values), for
+        // which all-zero bytes are a valid value; the id and the one union field read for it
+        // are set below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let lc = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &raw mut attr,
+            numAttrs: 1,
+        };
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `lc` and `attr` outlive the call; `params` as the caller guarantees.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &raw const lc,
+                f.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
     }
 
     /// The split-K tile GEMV ([`Build::GemvTiles`]): blocks of 32 `tile_warps` rows, the
@@ -924,11 +1030,25 @@ impl CudaBackend {
         s: usize,
         y: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), CudaError> {
+        self.gemv_launch_resident_tuned(w, x, s, y, &self.tuning)
+    }
+
+    /// [`CudaBackend::gemv_launch_resident`] with `tuning`'s kernels and launches instead of
+    /// the backend's (benchmarks; the result is the same).
+    pub fn gemv_launch_resident_tuned(
+        &self,
+        w: &DeviceTensor,
+        x: &CudaView<'_, f32>,
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        tuning.check().map_err(|what| CudaError::Input { what })?;
         let cap = caps::lookup(Op::Gemv, w.format, s)?;
         match cap.mma_for(w.shape.row_bytes as usize) {
             Some(m) => {
-                let tiles = tiles_at(cap, &self.tuning, s);
-                self.launch_resident_mma(w, cap.kernel, m, tiles, x, s, y)
+                let tiles = tiles_at(cap, tuning, s);
+                self.launch_resident_mma(w, cap.kernel, m, tiles, x, s, y, tuning)
             }
             None => self.launch_cuda_cores(w, cap.kernel, x, s, y),
         }
@@ -948,6 +1068,7 @@ impl CudaBackend {
         x: &CudaView<'_, f32>,
         s: usize,
         y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
     ) -> Result<(), CudaError> {
         let xs = w.shape.x_stride as usize;
         let shape_err = |what: String| CudaError::Shape {
@@ -1005,7 +1126,7 @@ impl CudaBackend {
                 v.insert((xg, xa))
             }
         };
-        let prep = self.function(
+        let prep = self.function_of(self.key_tuned(
             KernelId { fmt: 0, group: 0 },
             Build::TilePrep {
                 chunk_bytes: m.chunk_bytes,
@@ -1013,7 +1134,8 @@ impl CudaBackend {
                 rows: !tiles_kernel,
             },
             0,
-        )?;
+            tuning,
+        ))?;
         let small = |v: usize, what: &str| {
             i32::try_from(v)
                 .map_err(|_| shape_err(format!("{what} = {v} exceeds the kernel's 32-bit index")))
@@ -1024,30 +1146,63 @@ impl CudaBackend {
             small(tiles, "column tiles")?,
             small(sp, "padded S")?,
         );
+        // Blocks of 2048 columns (gemv.cu TS_PREP_COLS) per activation row.
         let cfg = LaunchConfig {
-            grid_dim: (sp as u32, 1, 1),
+            grid_dim: (
+                small(xs.div_ceil(layout::PREP_COLS), "column blocks")? as u32,
+                sp as u32,
+                1,
+            ),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         let (xg, xa) = (&mut entry.0, &mut entry.1);
-        let mut b = self.stream.launch_builder(&prep);
-        b.arg(x)
-            .arg(&mut *xg)
-            .arg(&mut *xa)
-            .arg(&s_arg)
-            .arg(&xs_arg)
-            .arg(&tiles_arg)
-            .arg(&sp_arg);
-        // SAFETY: the argument list matches gemv.cu's tile_prep (f32*, u16*, f32*, i32, i32,
-        // i32, i32); `x` holds S * xs floats (checked above) and block s < S reads only row
-        // s; `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S xs (16-row
-        // layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's offsets and
-        // sums index for s < sp (sized or re-allocated above).
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching tile_prep"))?;
-        if tiles_kernel {
-            self.launch_tiles(w, kernel, m, (&l, xg, xa), s, y, &self.tuning)
+        if tuning.pdl {
+            // Launched early, it lets the GEMV after it launch at once and load weights while
+            // the split runs; it waits for the previous kernel before it reads x or writes
+            // the buffers (which the previous GEMV may still read).
+            let st = &self.stream;
+            let (px, _gx) = x.device_ptr(st);
+            let (pg, _gg) = xg.device_ptr(st);
+            let (pa, _ga) = xa.device_ptr(st);
+            let (mut px, mut pg, mut pa) = (px, pg, pa);
+            let (mut a0, mut a1, mut a2, mut a3) = (s_arg, xs_arg, tiles_arg, sp_arg);
+            let mut params: [*mut std::ffi::c_void; 7] = [
+                (&raw mut px).cast(),
+                (&raw mut pg).cast(),
+                (&raw mut pa).cast(),
+                (&raw mut a0).cast(),
+                (&raw mut a1).cast(),
+                (&raw mut a2).cast(),
+                (&raw mut a3).cast(),
+            ];
+            // SAFETY: `params` point at locals of exactly tile_prep's parameter types (f32*,
+            // u16*, f32*, i32, i32, i32, i32); the buffers are sized as for the plain launch
+            // below; built with -DTS_PDL (the key carries `tuning`), tile_prep waits for the
+            // previous kernel before any access.
+            unsafe { self.launch_pdl(&prep, cfg, &mut params) }.map_err(CudaError::driver(
+                "launching tile_prep (programmatic dependent launch)",
+            ))?;
         } else {
-            self.launch_rows(w, kernel, m, (xg, xa), s, y, &self.tuning)
+            let mut b = self.stream.launch_builder(&prep);
+            b.arg(x)
+                .arg(&mut *xg)
+                .arg(&mut *xa)
+                .arg(&s_arg)
+                .arg(&xs_arg)
+                .arg(&tiles_arg)
+                .arg(&sp_arg);
+            // SAFETY: the argument list matches gemv.cu's tile_prep (f32*, u16*, f32*, i32, i32,
+            // i32, i32); `x` holds S * xs floats (checked above) and block s < S reads only row
+            // s; `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S xs (16-row
+            // layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's offsets and
+            // sums index for s < sp (sized or re-allocated above).
+            unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching tile_prep"))?;
+        }
+        if tiles_kernel {
+            self.launch_tiles(w, kernel, m, (&l, xg, xa), s, y, tuning)
+        } else {
+            self.launch_rows(w, kernel, m, (xg, xa), s, y, tuning)
         }
     }
 

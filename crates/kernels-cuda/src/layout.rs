@@ -102,6 +102,21 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
     })
 }
 
+/// Columns one `tile_prep` block splits (gemv.cu `TS_PREP_COLS`): its grid is
+/// (ceil(x_stride / PREP_COLS), padded S).
+pub const PREP_COLS: usize = 2048;
+
+/// Whether the 16-row GEMV of `blocks` blocks takes a programmatic dependent launch on a
+/// device of `sms` SMs. Its early blocks fill the slots the previous kernel leaves free
+/// (3 a SM at S <= 4); when that is half the grid or more while the grid is larger than
+/// the device (SMs < blocks < 2.5 SMs: O = 4096 on the H200), they pile onto some SMs and
+/// the launch ran longer (H200, 2026-11-30: [4096 x 14336] int4-row 15.0 -> 18.7 us
+/// queued); smaller and larger grids gained 0.5-3 us (docs/CUDA.md).
+pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
+    let b = blocks as usize;
+    !(b > sms && 2 * b < 5 * sms)
+}
+
 /// The power of two p of one activation row (max |x p| in [2^14, 2^15), clamped so 1/p
 /// stays a normal f32) and the row's f16 parts: x_hi = f16(x p), x_lo = f16(x p - x_hi).
 fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
@@ -394,6 +409,25 @@ pub fn prepare_activations(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pdl_skips_only_grids_between_one_and_two_and_a_half_waves_of_sms() {
+        let sms = 132;
+        for (rows, pdl) in [
+            (16, true),
+            (1024, true),
+            (2112, true),
+            (2128, false),
+            (4096, false),
+            (5264, false),
+            (5280, true),
+            (6144, true),
+            (16384, true),
+        ] {
+            let blocks = mma_grid_blocks(rows).unwrap();
+            assert_eq!(pdl_pays(blocks, sms), pdl, "O = {rows}");
+        }
+    }
+
     use super::*;
     use quant_core::testdata::{Rng, activations, weights};
     use quant_core::{EncodeOptions, encode};

@@ -18,7 +18,9 @@ use common::{
     inputs, run_seed, shapes, tensor,
 };
 use kernels_cuda::caps::{self, Op};
-use kernels_cuda::{CudaBackend, CudaError, GemmPrecision, KernelPath, Mutation};
+use kernels_cuda::{
+    CudaBackend, CudaError, DeviceTensor, GemmPrecision, KernelPath, Mutation, Tuning,
+};
 use quant_core::testdata::Rng;
 use quant_core::{EncodedTensor, Format};
 use std::sync::OnceLock;
@@ -61,6 +63,33 @@ fn backend() -> Option<&'static CudaBackend> {
     }
 }
 
+/// The backend's tuning without group classes and programmatic dependent launch.
+fn plain_rows(b: &CudaBackend) -> Tuning {
+    Tuning {
+        mma_classes: false,
+        pdl: false,
+        ..b.tuning().clone()
+    }
+}
+
+/// y of one GEMV through `path` with `tuning`'s kernels, into a poisoned output.
+fn gemv_tuned(
+    b: &CudaBackend,
+    dt: &DeviceTensor,
+    x: &[f32],
+    s: usize,
+    path: KernelPath,
+    tuning: &Tuning,
+) -> Result<Vec<f32>, CudaError> {
+    let xa = b.upload_activations(dt, x, s)?;
+    let mut y = b.poisoned_output(dt, s)?;
+    b.gemv_launch_tuned(dt, &xa, &mut y, path, tuning)?;
+    b.stream().clone_dtoh(&y).map_err(|e| CudaError::Driver {
+        during: "reading the output",
+        detail: format!("{e:?}"),
+    })
+}
+
 fn run(
     b: &CudaBackend,
     format: Format,
@@ -97,6 +126,16 @@ fn run(
                     Err(msg) => failures.push(format!("{msg} ({path:?})")),
                 }
             }
+            // The 16-row GEMV as session 3 launched it too: the format's own chunk (no group
+            // classes) and a plain launch (no programmatic dependent launch).
+            if dt.uses_tensor_cores(s) {
+                let y = gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &plain_rows(b))
+                    .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                match check(&t, &x, s, &y) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(msg) => failures.push(format!("{msg} (MmaRows, own chunk, plain launch)")),
+                }
+            }
         }
     }
     (worst, failures)
@@ -113,7 +152,13 @@ fn every_format_matches_the_oracle() {
     );
     // Each test compiles exactly its own builds, on all cores, before it starts (a mutation
     // run executes one or two tests, and should not compile the others' builds).
-    warm(|| b.prewarm(&formats_under_test(), &S_LIST));
+    warm(|| {
+        b.prewarm_tuned(
+            &formats_under_test(),
+            &S_LIST,
+            &[b.tuning().clone(), plain_rows(b)],
+        )
+    });
     let mut failures = Vec::new();
     for format in formats_under_test() {
         let (worst, f) = run(b, format, &shapes(format), &S_LIST, seed);

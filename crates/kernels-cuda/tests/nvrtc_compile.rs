@@ -23,6 +23,11 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                 for s in ss {
                     let mut b = vec![Build::Gemv];
                     b.extend(c.mma.map(Build::GemvMma));
+                    // The 16-row GEMV's group-class chunk where S allows it.
+                    b.extend(c.mma.and_then(|m| {
+                        let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
+                        (w != m).then_some(Build::GemvMma(w))
+                    }));
                     // The split-K tile GEMV at this S's n8 tiles (its key has s = 0).
                     b.extend(c.mma.map(|mma| Build::GemvTiles {
                         mma,

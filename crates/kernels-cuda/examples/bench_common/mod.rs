@@ -66,8 +66,19 @@ pub fn time(
 pub fn time_queued(
     b: &CudaBackend,
     n: usize,
-    mut f: impl FnMut(usize) -> Result<(), CudaError>,
+    f: impl FnMut(usize) -> Result<(), CudaError>,
 ) -> Result<f64, CudaError> {
+    time_queued_host(b, n, f).map(|(gpu, _)| gpu)
+}
+
+/// [`time_queued`], and the host's seconds per call to enqueue them (wall clock from the
+/// first call to the return of the last, before the synchronize): where it is as long as
+/// the GPU figure, the host's launch rate, not the kernel, set the queued time.
+pub fn time_queued_host(
+    b: &CudaBackend,
+    n: usize,
+    mut f: impl FnMut(usize) -> Result<(), CudaError>,
+) -> Result<(f64, f64), CudaError> {
     let stream: &Arc<CudaStream> = b.stream();
     f(0)?;
     stream.synchronize().map_err(drv("warm-up"))?;
@@ -80,12 +91,15 @@ pub fn time_queued(
         .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(drv("event"))?;
     a.record(stream).map_err(drv("event record"))?;
+    let t0 = std::time::Instant::now();
     for k in 0..n {
         f(1 + k)?;
     }
+    let host = t0.elapsed().as_secs_f64() / n as f64;
     e.record(stream).map_err(drv("event record"))?;
     stream.synchronize().map_err(drv("queued calls"))?;
-    Ok(a.elapsed_ms(&e).map_err(drv("event time"))? as f64 * 1e-3 / n as f64)
+    let gpu = a.elapsed_ms(&e).map_err(drv("event time"))? as f64 * 1e-3 / n as f64;
+    Ok((gpu, host))
 }
 
 /// Device-to-device copy bandwidth, 2 x 1 GiB / t.

@@ -105,7 +105,7 @@ extern "C" int ts_emu_gemv(int fmt, int gs, int S, const u8* w, i64 wlen, const 
 
 template <int FMT, int GS, int CBT, int S>
 static void run_mma(const MArgs& a, float* y) {
-    enum { NT = MmaShape<S>::NT };
+    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N };
     for (int r0 = 0; r0 < a.O; r0 += 16) {
         float tot[32][NT][4] = {};
         for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
@@ -115,19 +115,33 @@ static void run_mma(const MArgs& a, float* y) {
                 for (int nt = 0; nt < NT; ++nt)
                     for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
         }
-        for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S>(a, r0, lane, tot[lane], y);
+        mma_class_sum<S, NCLS, 32>(tot);
+        for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, r0, lane, tot[lane], y);
+    }
+}
+
+// S = S_ when the build exists: group classes (MmaClasses) need 2 S N <= 8.
+template <int FMT, int GS, int CBT, int S_>
+static int run_mma_if(const MArgs& a, float* y) {
+    if constexpr (MmaClasses<FMT, GS, CBT>::N == 1 || 2 * S_ * MmaClasses<FMT, GS, CBT>::N <= 8) {
+        run_mma<FMT, GS, CBT, S_>(a, y);
+        return 0;
+    } else {
+        (void)a;
+        (void)y;
+        return -2;
     }
 }
 
 template <int FMT, int GS, int CBT>
 static int run_mma_s(int S, const MArgs& a, float* y) {
     switch (S) {
-        case 1: run_mma<FMT, GS, CBT, 1>(a, y); return 0;
-        case 2: run_mma<FMT, GS, CBT, 2>(a, y); return 0;
-        case 3: run_mma<FMT, GS, CBT, 3>(a, y); return 0;
-        case 4: run_mma<FMT, GS, CBT, 4>(a, y); return 0;
-        case 8: run_mma<FMT, GS, CBT, 8>(a, y); return 0;
-        case 16: run_mma<FMT, GS, CBT, 16>(a, y); return 0;
+        case 1: return run_mma_if<FMT, GS, CBT, 1>(a, y);
+        case 2: return run_mma_if<FMT, GS, CBT, 2>(a, y);
+        case 3: return run_mma_if<FMT, GS, CBT, 3>(a, y);
+        case 4: return run_mma_if<FMT, GS, CBT, 4>(a, y);
+        case 8: return run_mma_if<FMT, GS, CBT, 8>(a, y);
+        case 16: return run_mma_if<FMT, GS, CBT, 16>(a, y);
         default: return -2;
     }
 }
@@ -152,6 +166,9 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
     TS_EMU_MMA(TS_FMT_INT4_ROW, 0, 16)
     TS_EMU_MMA(TS_FMT_INT4_G, 32, 4)
     TS_EMU_MMA(TS_FMT_INT4_G, 64, 8)
+    TS_EMU_MMA(TS_FMT_INT4_G, 32, 8)
+    TS_EMU_MMA(TS_FMT_INT4_G, 32, 16)
+    TS_EMU_MMA(TS_FMT_INT4_G, 64, 16)
     TS_EMU_MMA(TS_FMT_INT4_G, 96, 4)
     TS_EMU_MMA(TS_FMT_INT4_G, 128, 16)
     TS_EMU_MMA(TS_FMT_INT4_G, 192, 8)
