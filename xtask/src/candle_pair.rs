@@ -20,6 +20,8 @@ pub struct Pair {
     pub shape: (usize, usize),
     pub candle_us: f64,
     pub tessera_us: f64,
+    /// Tessera on plain `Vec` copies (4 KiB pages, as candle's buffers), when printed.
+    pub tessera_4k_us: Option<f64>,
     pub candle_bytes: u64,
     pub tessera_bytes: u64,
     pub calls: usize,
@@ -87,6 +89,7 @@ fn parse_line(line: &str) -> Option<Pair> {
         shape: (o.parse().ok()?, i.parse().ok()?),
         candle_us: after("candle_us", 1)?.parse().ok()?,
         tessera_us: after("tessera_us", 1)?.parse().ok()?,
+        tessera_4k_us: after("tessera_4k_us", 1).and_then(|v| v.parse().ok()),
         candle_bytes: after("bytes", 1)?.parse().ok()?,
         tessera_bytes: after("bytes", 2)?.parse().ok()?,
         calls: after("calls", 1)?.parse().ok()?,
@@ -100,18 +103,30 @@ pub fn render(pairs: &[Pair]) -> String {
         t,
         "\nInterleaved with candle (`xtask/candle-pair`: one call of each in alternation, same \
          process, same seconds; median of the calls; tessera on its int8-activation path, candle \
-         on its own, both quantizing x inside the call):\n"
+         on its own, both quantizing x inside the call). Tessera's copies are its own weight \
+         buffers (`EncodedTensor::clone`: transparent huge pages where the kernel offers them, \
+         `quant_core::memory`); the 4 KiB column times the same kernel on plain `Vec` copies, \
+         the pages candle's buffers get:\n"
     );
     let _ = writeln!(
         t,
-        "| shape [O x I] | format | calls each | candle | tessera | tessera / candle speed | issue 8 target met |"
+        "| shape [O x I] | format | calls each | candle | tessera | tessera / candle speed | issue 8 target met | tessera, 4 KiB pages | its speed / candle |"
     );
-    let _ = writeln!(t, "| --- | --- | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(
+        t,
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+    );
     for p in pairs {
         let r = p.speed_ratio();
+        let small = p
+            .tessera_4k_us
+            .map_or("-".to_string(), |v| format!("{v:.0} us"));
+        let small_ratio = p.tessera_4k_us.map_or("-".to_string(), |v| {
+            format!("{:.2}x", p.speed_ratio() * p.tessera_us / v)
+        });
         let _ = writeln!(
             t,
-            "| {}x{} | {} | {} | {:.0} us | {:.0} us | {r:.2}x | {} |",
+            "| {}x{} | {} | {} | {:.0} us | {:.0} us | {r:.2}x | {} | {small} | {small_ratio} |",
             p.shape.0,
             p.shape.1,
             p.format,
@@ -130,8 +145,9 @@ mod tests {
 
     #[test]
     fn parses_pair_lines() {
-        let l = "pair q4_k 4096x4096 candle_us 313.6 tessera_us 306.9 bytes 9437184 9437180 copies 28 calls 200";
+        let l = "pair q4_k 4096x4096 candle_us 313.6 tessera_us 306.9 tessera_4k_us 320.5 bytes 9437184 9437180 copies 28 calls 200";
         let p = parse_line(l).unwrap();
+        assert_eq!(p.tessera_4k_us, Some(320.5));
         assert_eq!(p.format, "q4_k");
         assert_eq!(p.shape, (4096, 4096));
         assert_eq!((p.candle_us, p.tessera_us), (313.6, 306.9));
@@ -150,11 +166,12 @@ mod tests {
             shape: (1, 1),
             candle_us: 200.0,
             tessera_us: 100.0,
+            tessera_4k_us: Some(400.0),
             candle_bytes: 1000,
             tessera_bytes: 1000,
             calls: 1,
         };
         assert_eq!(p.speed_ratio(), 2.0);
-        assert!(render(&[p]).contains("| 2.00x | yes |"));
+        assert!(render(&[p]).contains("| 2.00x | yes | 400 us | 0.50x |"));
     }
 }

@@ -141,7 +141,7 @@ pub fn encode(
         .map_err(|_| QuantError::SizeOverflow { format, rows, cols })?;
     let sbytes = usize::try_from(spec.scale_bytes(rows, cols)?)
         .map_err(|_| QuantError::SizeOverflow { format, rows, cols })?;
-    let mut weights = vec![0u8; wbytes];
+    let mut weights = crate::memory::weight_buffer(wbytes);
     let mut scales = vec![0u8; sbytes];
 
     // Cut both buffers into disjoint per-task slices along the registry's own ranges.

@@ -22,6 +22,7 @@ pub mod conformance;
 pub mod cpu_backend;
 pub mod error;
 pub mod kernels;
+pub mod memory;
 pub mod oracle;
 pub mod quality;
 pub mod real;

@@ -110,7 +110,7 @@ impl<'a> QTensor<'a> {
 }
 
 /// An owned quantized tensor, as an encoder produced it or a container handed it over.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct EncodedTensor {
     pub format: Format,
     pub rows: usize,
@@ -118,6 +118,21 @@ pub struct EncodedTensor {
     pub weights: Vec<u8>,
     pub scales: Vec<u8>,
     pub rotation_seed: u64,
+}
+
+/// A clone's weights go into a [`crate::memory::weight_copy`] buffer (huge pages where
+/// offered), as the encoder's output does.
+impl Clone for EncodedTensor {
+    fn clone(&self) -> Self {
+        EncodedTensor {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            weights: crate::memory::weight_copy(&self.weights),
+            scales: self.scales.clone(),
+            rotation_seed: self.rotation_seed,
+        }
+    }
 }
 
 impl EncodedTensor {

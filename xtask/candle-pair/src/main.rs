@@ -12,8 +12,12 @@
 //! streams its weights from memory; x is one N(0, 1) row. Candle runs `QMatMul::forward`
 //! (it quantizes x to its vec-dot type inside, as the anchor's call does); tessera runs
 //! `gemm_with(KernelPath::Int8Activations, ..)` (x rounded to int8 per 32-block inside).
+//! Tessera is timed twice per round: on copies made by `EncodedTensor::clone` (tessera's
+//! weight buffers, in transparent huge pages where the kernel offers them:
+//! `quant_core::memory`) and on plain `Vec` copies (4 KiB pages, as candle's buffers are),
+//! so the table can show what the pages alone are worth.
 //! Each side is warmed over every copy first. Output, one line each:
-//! `pair <format> <O>x<I> candle_us <m> tessera_us <m> bytes <candle> <tessera> copies <n> calls <n>`.
+//! `pair <format> <O>x<I> candle_us <m> tessera_us <m> tessera_4k_us <m> bytes <candle> <tessera> copies <n> calls <n>`.
 //!
 //! Usage: `candle-pair [FORMATS] [SHAPES]`, e.g. `candle-pair q4_k,q6_k 4096x4096` (defaults:
 //! q8_0,q4_k,q6_k on 4096x4096, 14336x4096, 6144x16384).
@@ -21,7 +25,7 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use quant_core::kernels::{KernelPath, gemm_with};
-use quant_core::{EncodeOptions, Format, encode};
+use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
 use std::time::Instant;
 
 /// Bytes the copies of one side must reach, as in the anchor and the criterion bench.
@@ -80,17 +84,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let enc = encode(format, o, i, &wv, &EncodeOptions::default())?;
             let ours_bytes = enc.weights.len() + enc.scales.len();
             let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
+            let small: Vec<_> = (0..copies)
+                .map(|_| {
+                    EncodedTensor::from_parts(
+                        format,
+                        o,
+                        i,
+                        enc.weights.to_vec(),
+                        enc.scales.clone(),
+                        Some(enc.rotation_seed),
+                    )
+                })
+                .collect::<Result<_, _>>()?;
             let mut y = vec![0f32; o];
-            let run_ours = |k: usize, y: &mut [f32]| -> Result<(), quant_core::QuantError> {
-                gemm_with(KernelPath::Int8Activations, &ours[k].view(), &xv, 1, y)?;
+            let run = |t: &EncodedTensor, y: &mut [f32]| -> Result<(), quant_core::QuantError> {
+                gemm_with(KernelPath::Int8Activations, &t.view(), &xv, 1, y)?;
                 Ok(())
             };
             for k in 0..copies {
                 std::hint::black_box(theirs[k].forward(&x)?);
-                run_ours(k, &mut y)?;
+                run(&ours[k], &mut y)?;
+                run(&small[k], &mut y)?;
             }
             let calls = (3 * copies).max(200);
-            let (mut tc, mut tt) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+            let (mut tc, mut tt, mut ts) = (vec![], vec![], vec![]);
             for r in 0..calls {
                 // Alternate which side goes first so neither always follows the other.
                 let (a, b) = (r % copies, (r + copies / 2) % copies);
@@ -103,17 +120,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tc.push(time_candle()?);
                 }
                 let t = Instant::now();
-                run_ours(b, &mut y)?;
+                run(&ours[b], &mut y)?;
                 std::hint::black_box(&y);
                 tt.push(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                run(&small[b], &mut y)?;
+                std::hint::black_box(&y);
+                ts.push(t.elapsed().as_secs_f64());
                 if r % 2 == 1 {
                     tc.push(time_candle()?);
                 }
             }
             println!(
-                "pair {format} {o}x{i} candle_us {:.1} tessera_us {:.1} bytes {candle_bytes} {ours_bytes} copies {copies} calls {calls}",
+                "pair {format} {o}x{i} candle_us {:.1} tessera_us {:.1} tessera_4k_us {:.1} bytes {candle_bytes} {ours_bytes} copies {copies} calls {calls}",
                 median(tc) * 1e6,
-                median(tt) * 1e6
+                median(tt) * 1e6,
+                median(ts) * 1e6
             );
         }
     }
