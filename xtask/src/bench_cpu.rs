@@ -117,6 +117,10 @@ pub fn run(root: &Path) -> Result<Record, String> {
     if let Err(e) = &pairs {
         eprintln!("bench-cpu: interleaved candle pair skipped: {e}");
     }
+    let reads = match &pairs {
+        Ok(_) => crate::candle_pair::run_read(),
+        Err(e) => Err(format!("not built: {e}")),
+    };
     // The ceiling is the highest of the four: tessera's buffers are in huge pages, so the
     // 4 KiB-page figure alone would flatter it.
     let read_bw = [&bw_before, &bw_after, &huge_before, &huge_after]
@@ -172,7 +176,11 @@ pub fn run(root: &Path) -> Result<Record, String> {
         Ok(p) => crate::candle_pair::render(p),
         Err(e) => format!("\nInterleaved with candle: skipped: {e}\n"),
     };
-    let _ = writeln!(section, "\n{table}{pair_table}\n{END}");
+    let read_table = match &reads {
+        Ok(r) => crate::candle_pair::render_read(r, TARGET_SHARE),
+        Err(e) => format!("\nInterleaved with a streaming read: skipped: {e}\n"),
+    };
+    let _ = writeln!(section, "\n{table}{pair_table}{read_table}\n{END}");
     println!("{section}");
     let device = format!("{model}, {threads} threads");
     let record = read_bw.map(|bw| record(&ours, bw, candle.as_ref().ok(), device, date));

@@ -1,7 +1,8 @@
-//! The interleaved candle pair of `cargo xtask bench --backend cpu`: builds and runs
-//! `xtask/candle-pair` (its own workspace, since it needs candle from crates.io), which
-//! times candle's GGUF matvec and tessera's int8-activation GEMV call by call in
-//! alternation, and renders its figures as the issue-8 verdict table.
+//! The interleaved pairs of `cargo xtask bench --backend cpu`: builds `xtask/candle-pair`
+//! (its own workspace, since it needs candle from crates.io) and runs its two binaries:
+//! `candle-pair` times candle's GGUF matvec and tessera's int8-activation GEMV call by call
+//! in alternation (the issue-8 table), `read-pair` times tessera's GEMVs against a
+//! streaming read of the same bytes (issue 2's share of read bandwidth, same seconds).
 //!
 //! Why a second comparison beside the candle anchor: the anchor and quant-core's criterion
 //! bench run minutes apart, and this VM's read bandwidth moved by a third within one run
@@ -72,6 +73,106 @@ pub fn run(root: &Path) -> Result<Vec<Pair>, String> {
         return Err(format!("{} printed no pair lines", bin.display()));
     }
     Ok(pairs)
+}
+
+/// One read-pair line: format, path, shape, the read's and tessera's median microseconds.
+#[derive(Debug, PartialEq)]
+pub struct ReadPair {
+    pub format: String,
+    pub path: String,
+    pub shape: (usize, usize),
+    pub read_us: f64,
+    pub tessera_us: f64,
+    pub bytes: u64,
+    pub calls: usize,
+}
+
+/// Runs the already built `read-pair` (after [`run`] built the crate).
+pub fn run_read() -> Result<Vec<ReadPair>, String> {
+    let bin = std::env::temp_dir().join("tessera-candle-pair/release/read-pair");
+    eprintln!("bench-cpu: running {}", bin.display());
+    let out = Command::new(&bin)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let rows: Vec<ReadPair> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(parse_read_line)
+        .collect();
+    if rows.is_empty() {
+        return Err(format!(
+            "{} printed no readpair lines: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(rows)
+}
+
+/// `readpair int8-row int8-act 4096x4096 read_us 541.6 tessera_us 523.0 bytes 16793600 copies 16 calls 200`
+fn parse_read_line(line: &str) -> Option<ReadPair> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let after =
+        |key: &str| -> Option<&str> { w.get(w.iter().position(|x| *x == key)? + 1).copied() };
+    if w.first() != Some(&"readpair") {
+        return None;
+    }
+    let (o, i) = w.get(3)?.split_once('x')?;
+    Some(ReadPair {
+        format: w.get(1)?.to_string(),
+        path: w.get(2)?.to_string(),
+        shape: (o.parse().ok()?, i.parse().ok()?),
+        read_us: after("read_us")?.parse().ok()?,
+        tessera_us: after("tessera_us")?.parse().ok()?,
+        bytes: after("bytes")?.parse().ok()?,
+        calls: after("calls")?.parse().ok()?,
+    })
+}
+
+/// The read-pair table: the GEMV's time as a share of a streaming read of its bytes.
+pub fn render_read(rows: &[ReadPair], target: f64) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\nInterleaved with a streaming read of the same bytes (`xtask/candle-pair` \
+         `read-pair`: read_bw.c's loop on each thread's contiguous share of buffers exactly \
+         the tensor's stored size, then the GEMV, call by call; median of the calls). The \
+         share is read time / GEMV time, so 100% is the speed of reading the weights and \
+         nothing else, in the same seconds:\n"
+    );
+    let _ = writeln!(
+        t,
+        "| shape [O x I] | format | path | calls each | read | tessera | share of the read | GB/s | {:.0}% reached |",
+        100.0 * target
+    );
+    let _ = writeln!(
+        t,
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
+    );
+    for r in rows {
+        let share = r.read_us / r.tessera_us;
+        let _ = writeln!(
+            t,
+            "| {}x{} | {} | {} | {} | {:.0} us | {:.0} us | {:.0}% | {:.2} | {} |",
+            r.shape.0,
+            r.shape.1,
+            r.format,
+            r.path,
+            r.calls,
+            r.read_us,
+            r.tessera_us,
+            100.0 * share,
+            r.bytes as f64 / r.tessera_us / 1e3,
+            if share >= target { "yes" } else { "no" }
+        );
+    }
+    t
 }
 
 /// `pair q4_k 4096x4096 candle_us 313.6 tessera_us 306.9 bytes 9437184 9437184 copies 28 calls 200`
@@ -157,6 +258,23 @@ mod tests {
         );
         assert!(parse_line("candle q4k O= 4096 I= 4096").is_none());
         assert!(parse_line("pair q4_k 4096 candle_us 1").is_none());
+    }
+
+    #[test]
+    fn parses_read_pair_lines_and_shares() {
+        let l = "readpair int8-row int8-act 4096x4096 read_us 540.0 tessera_us 600.0 bytes 16793600 copies 16 calls 200";
+        let r = parse_read_line(l).unwrap();
+        assert_eq!(
+            (r.format.as_str(), r.path.as_str()),
+            ("int8-row", "int8-act")
+        );
+        assert_eq!(
+            (r.shape, r.read_us, r.tessera_us),
+            ((4096, 4096), 540.0, 600.0)
+        );
+        assert!(parse_read_line(&l.replace("readpair", "pair")).is_none());
+        let t = render_read(&[r], 0.85);
+        assert!(t.contains("| 90% | 27.99 | yes |"), "{t}");
     }
 
     #[test]

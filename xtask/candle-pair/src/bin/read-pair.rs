@@ -1,0 +1,133 @@
+//! Tessera's GEMV against a plain streaming read of the same number of bytes, timed call by
+//! call in alternation in one process: the "% of read bandwidth" of issue 2, measured in
+//! the same seconds.
+//!
+//! Why: `../shared/anchors/read_bw.c` and the criterion bench run minutes apart, and this
+//! VM's read bandwidth moves between about 30 and 58 GB/s from one second to the next
+//! (docs/PERF.md), so a ratio of the two carries that drift. Here the read is read_bw.c's
+//! loop (four 512-bit accumulators over each thread's contiguous share, as its OpenMP
+//! static schedule splits the buffer), over buffers of exactly the tensor's stored bytes,
+//! copied until they hold 256 MB, in tessera's weight buffers (`quant_core::memory`, the
+//! pages the GEMV's copies get).
+//! Output, one line each:
+//! `readpair <format> <path> <O>x<I> read_us <m> tessera_us <m> bytes <n> copies <n> calls <n>`.
+//!
+//! Usage: `read-pair [FORMATS] [SHAPES]` (defaults: int8-row, int4-row, int4-g64,
+//! fp8-e4m3-b128, mq4-g256-v2 on 4096x4096, 14336x4096, 6144x16384).
+
+use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
+use quant_core::testdata::{Rng, activations, weights};
+use quant_core::{EncodeOptions, Format, encode};
+use std::time::Instant;
+
+const WORKING_SET: f64 = 256e6;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// read_bw.c's inner loop over `b`: 64-byte loads into four independent accumulators.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn read_part(b: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let chunks = b.chunks_exact(256);
+    for c in chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: 64 readable bytes at 64k of a 256-byte chunk.
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr().add(64 * k).cast()) };
+            *a = _mm512_add_ps(*a, v);
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_add_ps(acc[0], acc[1]),
+        _mm512_add_ps(acc[2], acc[3]),
+    ))
+}
+
+/// One streaming read of `b` on every rayon thread, each over its contiguous share.
+fn read(b: &[u8]) -> f32 {
+    use rayon::prelude::*;
+    let n = rayon::current_num_threads().max(1);
+    let share = b.len().div_ceil(n).next_multiple_of(256);
+    b.par_chunks(share)
+        // SAFETY: the binary is built with -C target-cpu=native on an AVX-512 machine; the
+        // caller checked the feature.
+        .map(|p| unsafe { read_part(p) })
+        .sum()
+}
+
+fn list<T>(arg: Option<&String>, default: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
+    arg.map_or(default, |s| s.as_str())
+        .split(',')
+        .map(parse)
+        .collect()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !std::is_x86_feature_detected!("avx512f") {
+        eprintln!("skipped: the read probe is read_bw.c's AVX-512 loop; this CPU has no AVX-512");
+        return Ok(());
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let formats = list(
+        args.first(),
+        "int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2",
+        |s| {
+            s.parse::<Format>()
+                .unwrap_or_else(|e| panic!("format {s:?}: {e}"))
+        },
+    );
+    let shapes = list(args.get(1), "4096x4096,14336x4096,6144x16384", |s| {
+        let (o, i) = s
+            .split_once('x')
+            .unwrap_or_else(|| panic!("shape {s:?}: want OxI"));
+        (o.parse::<usize>().unwrap(), i.parse::<usize>().unwrap())
+    });
+    for &(o, i) in &shapes {
+        let mut rng = Rng::new(0x7e55e7a);
+        let w = weights(&mut rng, o, i);
+        let x = activations(&mut rng, 1, i);
+        for &format in &formats {
+            let enc = encode(format, o, i, &w, &EncodeOptions::default())?;
+            let bytes = enc.weights.len() + enc.scales.len();
+            let copies = (WORKING_SET / bytes as f64).ceil().clamp(1.0, 64.0) as usize;
+            let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
+            let plain: Vec<Vec<u8>> = (0..copies)
+                .map(|_| quant_core::memory::weight_buffer(bytes.next_multiple_of(256)))
+                .collect();
+            let mut paths = vec![KernelPath::Exact];
+            if has_int8_activations(format) {
+                paths.push(KernelPath::Int8Activations);
+            }
+            for path in paths {
+                let mut y = vec![0f32; o];
+                for k in 0..copies {
+                    std::hint::black_box(read(&plain[k]));
+                    gemm_with(path, &ours[k].view(), &x, 1, &mut y)?;
+                }
+                let calls = (3 * copies).max(200);
+                let (mut tr, mut tt) = (vec![], vec![]);
+                for r in 0..calls {
+                    let (a, b) = (r % copies, (r + copies / 2) % copies);
+                    let t = Instant::now();
+                    std::hint::black_box(read(&plain[a]));
+                    tr.push(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    gemm_with(path, &ours[b].view(), &x, 1, &mut y)?;
+                    std::hint::black_box(&y);
+                    tt.push(t.elapsed().as_secs_f64());
+                }
+                println!(
+                    "readpair {format} {} {o}x{i} read_us {:.1} tessera_us {:.1} bytes {bytes} copies {copies} calls {calls}",
+                    path.name(),
+                    median(tr) * 1e6,
+                    median(tt) * 1e6
+                );
+            }
+        }
+    }
+    Ok(())
+}
