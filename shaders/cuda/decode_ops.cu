@@ -6,16 +6,28 @@
 //   add_vec          y += b (biases)
 //   attention_rope   per query head: optional RMSNorm of q and k (Qwen3 q_norm / k_norm)
 //                    and RoPE (rotate_half pairs (i, i + R/2), R = 2 * len(inv_freq)),
-//                    the rotated k written to the device KV cache, then one query token's
+//                    the rotated k and the new v written to the device KV cache, then one query token's
 //                    GQA attention over the cache, softmax with max subtraction, output into
 //                    the o_proj input (padding untouched)
 //   swiglu           out = silu(g) * u
 //   argmax           first index of the largest logit
 // Compiled by NVRTC (no headers). TS_MUTATE_DROP_ROPE (mutation tests only) skips the
 // rotation, so the engine's GPU test can be shown to catch a broken kernel.
+//
+// Programmatic dependent launch (sm_90+): every kernel starts with TS_PDL_ENTER, which lets
+// the stream's next kernel launch at once (launch_dependents) and then waits until the
+// previous kernel has completed and its writes are visible (wait) before it touches
+// memory. Launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+// (kernels-cuda resident.rs), a kernel thus starts while its predecessor runs; launched
+// without it, or before sm_90, both are no-ops.
 
 #define TS_BLOCK 1024
 #define TS_NEG_INF __int_as_float(0xff800000)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TS_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define TS_PDL_ENTER() ((void)0)
+#endif
 
 // Sum over the block; every thread gets the total. `red` holds 32 floats.
 __device__ __forceinline__ float block_sum(float v, float* red) {
@@ -47,6 +59,7 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ d,
                                        const float* __restrict__ w, float* __restrict__ out,
                                        int n, int stride, float eps) {
+    TS_PDL_ENTER();
     __shared__ float red[32];
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -66,6 +79,7 @@ extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __res
 
 // y [n] += b [n].
 extern "C" __global__ void add_vec(float* __restrict__ y, const float* __restrict__ b, int n) {
+    TS_PDL_ENTER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += b[i];
 }
@@ -95,22 +109,25 @@ __device__ void norm_rope_head(float* head, int hd, const float* __restrict__ nw
     __syncthreads();
 }
 
-// Grid: nh blocks (query heads), one token at position `pos`. q [nh * hd] and knew [kvw]
-// as q_proj / k_proj wrote them; kc / vc [cap, kvw] with kvw = nkv * hd, vc's row `pos`
-// holding this token's v (v_proj writes it there). Each block normalises (Qwen3: qn / kn,
-// [hd]; null for Llama) and rotates its q head and its group's k head in shared memory; the
-// first block of each group writes the rotated k into the cache's row `pos`, which no
-// block of this launch reads (each uses its own copy), so there is no race. Then softmax over
-// the pos + 1 positions (scores: scratch [nh, cap]) and out[h * hd + d] = sum_j p_j v_j[d].
+// Grid: nh blocks (query heads), one token at position `pos`. q [nh * hd], knew and vnew
+// [kvw] as q_proj / k_proj / v_proj wrote them (slices of one fused output); kc / vc
+// [cap, kvw] with kvw = nkv * hd. Each block normalises (Qwen3: qn / kn, [hd]; null for
+// Llama) and rotates its q head and its group's k head in shared memory; the first block of
+// each group writes the rotated k and the new v into the caches' row `pos`, which no block
+// of this launch reads (each reads its own k copy and vnew for position pos), so there is
+// no race. Then softmax over the pos + 1 positions (scores: scratch [nh, cap]) and
+// out[h * hd + d] = sum_j p_j v_j[d].
 extern "C" __global__ void attention_rope(const float* __restrict__ q,
-                                          const float* __restrict__ knew, float* __restrict__ kc,
-                                          const float* __restrict__ vc,
+                                          const float* __restrict__ knew,
+                                          const float* __restrict__ vnew, float* __restrict__ kc,
+                                          float* __restrict__ vc,
                                           float* __restrict__ scores, float* __restrict__ out,
                                           int hd, int group, int kvw, int pos, int cap,
                                           float scale, const float* __restrict__ qn,
                                           const float* __restrict__ kn, float eps,
                                           const float* __restrict__ inv_freq, int half,
                                           float af) {
+    TS_PDL_ENTER();
     __shared__ float red[32];
     __shared__ float qs[1024];
     __shared__ float ks[1024];
@@ -118,6 +135,8 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
     float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
+    float* vrow = vc + (size_t)pos * kvw + (size_t)g * hd;
+    const float* vn = vnew + (size_t)g * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         qs[i] = q[(size_t)h * hd + i];
         ks[i] = knew[(size_t)g * hd + i];
@@ -126,7 +145,10 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
     norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
     if (h % group == 0) {
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) krow[i] = ks[i];
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            krow[i] = ks[i];
+            vrow[i] = vn[i];
+        }
     }
     const int seen = pos + 1;
     float* p = scores + (size_t)h * cap;
@@ -152,7 +174,8 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         const float* vd = vc + (size_t)g * hd + d;
         float acc = 0.f;
-        for (int j = 0; j < seen; ++j) acc += (p[j] * inv) * vd[(size_t)j * kvw];
+        for (int j = 0; j < pos; ++j) acc += (p[j] * inv) * vd[(size_t)j * kvw];
+        acc += (p[pos] * inv) * vn[d];
         out[(size_t)h * hd + d] = acc;
     }
 }
@@ -160,6 +183,7 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
 // out [n] = silu(g) * u.
 extern "C" __global__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
                                   float* __restrict__ out, int n) {
+    TS_PDL_ENTER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float v = g[i];
@@ -169,6 +193,7 @@ extern "C" __global__ void swiglu(const float* __restrict__ g, const float* __re
 
 // One block: out[0] = the first index of the largest of x [n] (NaN never wins).
 extern "C" __global__ void argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
+    TS_PDL_ENTER();
     __shared__ float bv[TS_BLOCK];
     __shared__ int bi[TS_BLOCK];
     float best = TS_NEG_INF;

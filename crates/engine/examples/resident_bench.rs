@@ -4,6 +4,11 @@
 //!
 //! `cargo run --release -p engine --features cuda --example resident_bench -- MODEL_DIR
 //!  [--tokens 64] [--reps 64]`
+//!
+//! It prints the launches per step (GEMVs, their activation splits, the rest). For
+//! before/after figures in one run: `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as
+//! separate GEMVs, `TESSERA_RESIDENT_PDL=0` launches the decode kernels without
+//! programmatic dependent launch.
 
 use engine::{BackendChoice, LoadOptions, Model, ModelSource};
 
@@ -48,6 +53,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     if let Some(p) = m.resident_profile(reps)? {
+        let n = p.launches;
+        println!(
+            "launches per step: {} kernels ({} GEMVs + {} activation splits + {} other) + {} \
+             copy; decode kernels with programmatic dependent launch: {}",
+            n.kernels(),
+            n.gemv,
+            n.prep,
+            n.other,
+            n.copies,
+            p.pdl
+        );
         println!(
             "profile over {reps} steps (no read-back), us per step (host enqueue time of it): \
              all {:.1} ({:.1}) = {:.1} tokens/s; GEMVs alone {:.1} ({:.1}); the rest alone \

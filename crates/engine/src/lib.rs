@@ -6,6 +6,8 @@
 //! - [`kv_cache`]: per-layer caches (GQA keys/values; MLA latents + rope keys).
 //! - [`backend`]: the engine's [`backend::Backend`] trait; the CPU always, CUDA, wgpu and
 //!   raw Vulkan with the features `cuda`, `wgpu`, `vulkan`.
+//! - [`fuse`]: row concatenation of same-input projections (q/k/v, gate/up), admitted
+//!   from the registry only where it equals encoding the stacked matrix.
 //! - [`gate`]: THE per-layer predicate (bitmask of tensor kinds whose format misses the
 //!   backend's capability table) and the layer-path choice built on it.
 //! - [`notice`]: the load-time notice, built from the same predicate.
@@ -25,6 +27,7 @@ pub mod backend;
 pub mod config;
 pub mod deepseek;
 pub mod error;
+pub mod fuse;
 pub mod gate;
 pub mod kv_cache;
 pub mod llama;

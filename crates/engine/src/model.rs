@@ -438,15 +438,25 @@ impl Model {
         }
 
         #[cfg(feature = "cuda")]
+        let all_fused =
+            !layer_paths.is_empty() && layer_paths.iter().all(|p| *p == LayerPath::Fused);
+        // The resident path's fused q/k/v and gate/up tensors (crate::fuse), uploaded
+        // before the backend lends its tensors out below.
+        #[cfg(feature = "cuda")]
+        let fused_slots = match &graph {
+            Graph::Llama(g) if all_fused && backend.cuda().is_some() => {
+                crate::resident::fuse_layers(g, &weights, backend.as_mut())?
+            }
+            Graph::Llama(_) | Graph::Deepseek(_) => Vec::new(),
+        };
+        #[cfg(feature = "cuda")]
         let resident = match (&graph, backend.cuda()) {
-            (Graph::Llama(g), Some((dev, tensors)))
-                if layer_paths.iter().all(|p| *p == LayerPath::Fused)
-                    && !layer_paths.is_empty() =>
-            {
+            (Graph::Llama(g), Some((dev, tensors))) if all_fused => {
                 Some(crate::resident::Resident::new(
                     dev,
                     tensors,
                     g,
+                    &fused_slots,
                     &final_norm,
                     &lm_head,
                     config.vocab_size,
@@ -605,6 +615,14 @@ impl Model {
         Ok(row)
     }
 
+    /// The resident path's launches per decode step; `None` when the model does not take it.
+    #[cfg(feature = "cuda")]
+    pub fn resident_launches(&self) -> Option<crate::resident::Launches> {
+        self.resident
+            .as_ref()
+            .map(crate::resident::Resident::launches)
+    }
+
     /// Whether generation takes the device-resident path.
     pub fn resident(&self) -> bool {
         #[cfg(feature = "cuda")]
@@ -639,7 +657,7 @@ impl Model {
             let out = res.step(dev, tensors, &mut st, &row, logits)?;
             let mut stats = self.stats.borrow_mut();
             *stats.layer_runs.entry(LayerPath::Fused.name()).or_default() += res.layers() as u64;
-            stats.backend_gemvs += 7 * res.layers() as u64 + 1;
+            stats.backend_gemvs += res.launches().gemv as u64;
             Ok(out)
         };
         let t0 = Instant::now();

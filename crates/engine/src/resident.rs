@@ -1,10 +1,18 @@
 //! The device-resident decode path (CUDA, Llama / Qwen3 graphs): one token is every layer
-//! enqueued on the backend's stream (RMSNorm, the q/k/v GEMVs (v straight into the device
-//! KV cache), one attention launch doing q_norm/k_norm, RoPE, the k append and attention,
-//! o_proj, residual add fused into the next RMSNorm, gate/up, SwiGLU, down; then the final
-//! norm, the LM head and the argmax)
-//! with no host synchronisation until the 4-byte token id (and, when asked, the logits)
-//! comes back. The embedding row is decoded on the host and uploaded (hidden floats a token).
+//! enqueued on the backend's stream (RMSNorm, one q/k/v GEMV over the three projections'
+//! rows concatenated, one attention launch doing q_norm/k_norm, RoPE, the k and v appends
+//! and attention, o_proj, residual add fused into the next RMSNorm, one gate/up GEMV,
+//! SwiGLU, down; then the final norm, the LM head and the argmax) with no host
+//! synchronisation until the 4-byte token id (and, when asked, the logits) comes back. The
+//! embedding row is decoded on the host and uploaded (hidden floats a token).
+//!
+//! The fused q/k/v and gate/up tensors are built at load ([`fuse_layers`], through
+//! [`crate::fuse::concat_rows`]) where the registry says the concatenation equals the
+//! stacked encoding; their outputs are consecutive slices of one buffer, which the
+//! attention and SwiGLU kernels read through views. A group whose format cannot be fused
+//! runs its projections one GEMV each into the same slices. Each GEMV on the tensor cores
+//! is two launches inside kernels-cuda (its activation split, then the GEMV), so fusing
+//! also leaves one split per distinct activation.
 //!
 //! The loader takes this path only when the gate ([`crate::gate::layer_path_with`] against
 //! the backend's fused table) puts every layer on it and the LM head's format is covered
@@ -12,10 +20,11 @@
 //! operation follows [`crate::llama`] (the host graph) step for step, so the token streams
 //! equal the CPU's (tests/gpu.rs).
 
-use crate::backend::{Slot, cuda_error};
+use crate::backend::{Backend, Slot, cuda_error};
 use crate::error::{EngineError, Result};
 use crate::llama::LlamaGraph;
 use crate::model::Linear;
+use crate::weights::Weights;
 use kernels_cuda::cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DriverError};
 use kernels_cuda::resident::{AttentionShape, DecodeKernels, RopeArgs};
 use kernels_cuda::{CudaBackend, CudaError, DeviceTensor};
@@ -49,17 +58,100 @@ struct DevLinear {
     bias: Option<CudaSlice<f32>>,
 }
 
+/// Projections that read one activation and write consecutive slices of one output: a
+/// single GEMV over their concatenated rows, or (formats that cannot be concatenated) one
+/// GEMV each, each into its slice.
+enum Group {
+    Fused(DevLinear),
+    Split(Vec<DevLinear>),
+}
+
 struct DevLayer {
     input_norm: CudaSlice<f32>,
     post_norm: CudaSlice<f32>,
     qk_norm: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
-    q: DevLinear,
-    k: DevLinear,
-    v: DevLinear,
+    /// q, k, v into `qkv` [nh * hd + 2 kvw].
+    qkv: Group,
     o: DevLinear,
-    gate: DevLinear,
-    up: DevLinear,
+    /// gate, up into `gu` [2 inter].
+    gate_up: Group,
     down: DevLinear,
+}
+
+/// The fused tensors of one layer, uploaded by [`fuse_layers`]: `None` where the group's
+/// format (or a mix of formats) cannot be row-concatenated, so its projections run apart.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct FusedSlots {
+    pub qkv: Option<Slot>,
+    pub gate_up: Option<Slot>,
+}
+
+/// Whether [`fuse_layers`] fuses: `TESSERA_RESIDENT_UNFUSED=1` turns it off, so a bench can
+/// time both in one run (the results are the same tokens; only the launches differ).
+pub fn fusion_enabled() -> bool {
+    std::env::var("TESSERA_RESIDENT_UNFUSED").map_or(true, |v| v != "1")
+}
+
+/// Row-concatenates and uploads each layer's q/k/v and gate/up where [`crate::fuse`]
+/// admits it (the separate tensors stay uploaded for the op-by-op forward pass).
+pub fn fuse_layers(
+    g: &LlamaGraph,
+    weights: &Weights,
+    backend: &mut dyn Backend,
+) -> Result<Vec<FusedSlots>> {
+    let mut out = Vec::with_capacity(g.layers.len());
+    let enabled = fusion_enabled();
+    let mut group = |lins: &[&Linear]| -> Result<Option<Slot>> {
+        if !enabled {
+            return Ok(None);
+        }
+        let parts = lins
+            .iter()
+            .map(|l| weights.qtensor(&l.r))
+            .collect::<Result<Vec<_>>>()?;
+        let (f, cols) = (parts[0].format(), parts[0].cols());
+        let same = parts.iter().all(|p| p.format() == f && p.cols() == cols);
+        let rows: Vec<usize> = parts.iter().map(|p| p.rows()).collect();
+        if !same || crate::fuse::refusal(f, &rows).is_some() {
+            return Ok(None);
+        }
+        let cat = crate::fuse::concat_rows(&parts)?;
+        let slot = backend
+            .upload(&cat.view())
+            .map_err(|source| EngineError::Backend {
+                backend: backend.name().to_string(),
+                source,
+            })?;
+        Ok(Some(slot))
+    };
+    for l in &g.layers {
+        out.push(FusedSlots {
+            qkv: group(&[&l.q, &l.k, &l.v])?,
+            gate_up: group(&[&l.gate, &l.up])?,
+        });
+    }
+    Ok(out)
+}
+
+/// Launches one decode step enqueues (kernels, and the host-to-device copy of the
+/// embedding row), by kind.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launches {
+    /// GEMV kernels.
+    pub gemv: usize,
+    /// kernels-cuda's activation splits before the tensor-core GEMVs (`tile_prep`).
+    pub prep: usize,
+    /// The decode kernels: norms, attention, SwiGLU, bias adds, argmax.
+    pub other: usize,
+    /// Host-to-device copies (the embedding row).
+    pub copies: usize,
+}
+
+impl Launches {
+    /// Kernel launches (copies apart).
+    pub fn kernels(&self) -> usize {
+        self.gemv + self.prep + self.other
+    }
 }
 
 /// Which operations a step enqueues. Every field true is the decode step; the others exist
@@ -97,6 +189,9 @@ pub struct Resident {
     hidden_stride: usize,
     attn_stride: usize,
     act_stride: usize,
+    /// The launches of one step, counted once at construction by walking the layers as
+    /// [`Resident::enqueue`] does (the profile line reports them).
+    launches: Launches,
 }
 
 /// One generation's device buffers: the residual stream, the padded GEMV inputs, the KV
@@ -106,13 +201,13 @@ pub struct ResidentState {
     len: usize,
     x: CudaSlice<f32>,
     xn: CudaSlice<f32>,
-    q: CudaSlice<f32>,
-    /// This token's k as k_proj writes it (the attention kernel rotates it into the cache).
-    knew: CudaSlice<f32>,
+    /// This token's q, k and v [nh * hd + 2 kvw] as the projections write them (the
+    /// attention kernel rotates k and appends k and v to the cache).
+    qkv: CudaSlice<f32>,
     attn: CudaSlice<f32>,
     tmp: CudaSlice<f32>,
-    g: CudaSlice<f32>,
-    u: CudaSlice<f32>,
+    /// gate and up [2 inter].
+    gu: CudaSlice<f32>,
     act: CudaSlice<f32>,
     scores: CudaSlice<f32>,
     logits: CudaSlice<f32>,
@@ -153,6 +248,41 @@ fn dev_linear(stream: &Arc<CudaStream>, lin: &Linear) -> Result<DevLinear> {
     Ok(DevLinear { slot, bias })
 }
 
+/// A group's device form: the fused tensor with the parts' biases concatenated (zeros for a
+/// part without one), or the parts apart.
+fn dev_group(stream: &Arc<CudaStream>, fused: Option<Slot>, parts: &[&Linear]) -> Result<Group> {
+    let Some(slot) = fused else {
+        return Ok(Group::Split(
+            parts
+                .iter()
+                .map(|l| dev_linear(stream, l))
+                .collect::<Result<_>>()?,
+        ));
+    };
+    let bias = if parts.iter().any(|l| l.bias.is_some()) {
+        let mut b = Vec::new();
+        for l in parts {
+            match &l.bias {
+                Some(v) => b.extend_from_slice(v),
+                None => b.resize(b.len() + l.rows(), 0.0),
+            }
+        }
+        Some(upload(stream, &b)?)
+    } else {
+        None
+    };
+    Ok(Group::Fused(DevLinear { slot, bias }))
+}
+
+impl Group {
+    fn linears(&self) -> Vec<&DevLinear> {
+        match self {
+            Group::Fused(l) => vec![l],
+            Group::Split(v) => v.iter().collect(),
+        }
+    }
+}
+
 fn tensor<'a>(tensors: &'a [DeviceTensor], l: &DevLinear) -> Result<&'a DeviceTensor> {
     tensors
         .get(l.slot.0)
@@ -161,11 +291,14 @@ fn tensor<'a>(tensors: &'a [DeviceTensor], l: &DevLinear) -> Result<&'a DeviceTe
 
 impl Resident {
     /// Uploads the graph's norms, biases and RoPE table and compiles the decode kernels.
-    /// Every linear must already be resident (`slot` set).
+    /// Every linear must already be resident (`slot` set); `fused` holds, per layer, the
+    /// fused q/k/v and gate/up tensors [`fuse_layers`] uploaded (empty: none).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dev: &CudaBackend,
         tensors: &[DeviceTensor],
         g: &LlamaGraph,
+        fused: &[FusedSlots],
         final_norm: &[f32],
         lm_head: &Linear,
         vocab: usize,
@@ -174,7 +307,8 @@ impl Resident {
         let kernels = DecodeKernels::new(dev).map_err(err)?;
         let stream = dev.stream();
         let mut layers = Vec::with_capacity(g.layers.len());
-        for l in &g.layers {
+        for (i, l) in g.layers.iter().enumerate() {
+            let f = fused.get(i).copied().unwrap_or_default();
             let qk_norm = match (&l.q_norm, &l.k_norm) {
                 (Some(qn), Some(kn)) => Some((upload(stream, qn)?, upload(stream, kn)?)),
                 _ => None,
@@ -183,12 +317,9 @@ impl Resident {
                 input_norm: upload(stream, &l.input_norm)?,
                 post_norm: upload(stream, &l.post_norm)?,
                 qk_norm,
-                q: dev_linear(stream, &l.q)?,
-                k: dev_linear(stream, &l.k)?,
-                v: dev_linear(stream, &l.v)?,
+                qkv: dev_group(stream, f.qkv, &[&l.q, &l.k, &l.v])?,
                 o: dev_linear(stream, &l.o)?,
-                gate: dev_linear(stream, &l.gate)?,
-                up: dev_linear(stream, &l.up)?,
+                gate_up: dev_group(stream, f.gate_up, &[&l.gate, &l.up])?,
                 down: dev_linear(stream, &l.down)?,
             });
         }
@@ -197,15 +328,32 @@ impl Resident {
         let mut hidden_stride = hidden;
         let mut attn_stride = g.heads * g.head_dim;
         let mut act_stride = inter;
+        let kvw = g.kv_heads * g.head_dim;
         for l in &layers {
-            for lin in [&l.q, &l.k, &l.v, &l.gate, &l.up] {
+            // The attention and SwiGLU kernels read the groups' outputs by offset: each group
+            // must fill its buffer exactly.
+            for (grp, want, what) in [
+                (&l.qkv, g.heads * g.head_dim + 2 * kvw, "q/k/v"),
+                (&l.gate_up, 2 * inter, "gate/up"),
+            ] {
+                let mut rows = 0usize;
+                for lin in grp.linears() {
+                    rows = rows.saturating_add(tensor(tensors, lin)?.rows());
+                }
+                if rows != want {
+                    return Err(EngineError::Input(format!(
+                        "the {what} projections have {rows} rows in all, the graph needs {want}"
+                    )));
+                }
+            }
+            for lin in l.qkv.linears().into_iter().chain(l.gate_up.linears()) {
                 hidden_stride = hidden_stride.max(tensor(tensors, lin)?.x_stride());
             }
             attn_stride = attn_stride.max(tensor(tensors, &l.o)?.x_stride());
             act_stride = act_stride.max(tensor(tensors, &l.down)?.x_stride());
         }
         hidden_stride = hidden_stride.max(tensor(tensors, &lm_head)?.x_stride());
-        Ok(Resident {
+        let mut r = Resident {
             kernels,
             layers,
             final_norm: upload(stream, final_norm)?,
@@ -222,7 +370,47 @@ impl Resident {
             hidden_stride,
             attn_stride,
             act_stride,
-        })
+            launches: Launches::default(),
+        };
+        r.launches = r.count_launches(tensors)?;
+        Ok(r)
+    }
+
+    /// The launches [`Resident::enqueue`] makes per step: its own walk, with nothing
+    /// enqueued.
+    fn count_launches(&self, tensors: &[DeviceTensor]) -> Result<Launches> {
+        let mut n = Launches {
+            copies: 1,
+            ..Default::default()
+        };
+        let gemv = |lin: &DevLinear, n: &mut Launches| -> Result<()> {
+            n.gemv += 1;
+            if tensor(tensors, lin)?.uses_tensor_cores(1) {
+                n.prep += 1;
+            }
+            if lin.bias.is_some() {
+                n.other += 1;
+            }
+            Ok(())
+        };
+        for l in &self.layers {
+            // add_rmsnorm, attention_rope, add_rmsnorm, swiglu
+            n.other += 4;
+            for lin in l.qkv.linears().into_iter().chain(l.gate_up.linears()) {
+                gemv(lin, &mut n)?;
+            }
+            gemv(&l.o, &mut n)?;
+            gemv(&l.down, &mut n)?;
+        }
+        // the final norm, the argmax
+        n.other += 2;
+        gemv(&self.lm_head, &mut n)?;
+        Ok(n)
+    }
+
+    /// Launches per decode step.
+    pub fn launches(&self) -> Launches {
+        self.launches
     }
 
     /// Device buffers for a generation of up to `cap` positions.
@@ -241,12 +429,10 @@ impl Resident {
             len: 0,
             x: zeros(s, self.hidden)?,
             xn: zeros(s, self.hidden_stride)?,
-            q: zeros(s, self.heads * self.head_dim)?,
-            knew: zeros(s, kvw)?,
+            qkv: zeros(s, self.heads * self.head_dim + 2 * kvw)?,
             attn: zeros(s, self.attn_stride)?,
             tmp: zeros(s, self.hidden)?,
-            g: zeros(s, self.inter)?,
-            u: zeros(s, self.inter)?,
+            gu: zeros(s, 2 * self.inter)?,
             act: zeros(s, self.act_stride)?,
             scores: zeros(s, self.heads * cap)?,
             logits: zeros(s, self.vocab)?,
@@ -276,6 +462,34 @@ impl Resident {
             && let Some(b) = &lin.bias
         {
             self.kernels.add_vec(dev, y, b).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a group's GEMVs from `x` into consecutive slices of `y`, starting at 0.
+    fn group(
+        &self,
+        dev: &CudaBackend,
+        tensors: &[DeviceTensor],
+        grp: &Group,
+        x: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+        ops: StepOps,
+    ) -> Result<()> {
+        let mut at = 0usize;
+        for lin in grp.linears() {
+            let rows = tensor(tensors, lin)?.rows();
+            let end = at
+                .checked_add(rows)
+                .filter(|&e| e <= y.len())
+                .ok_or_else(|| {
+                    EngineError::Input(format!(
+                        "a group's outputs overflow its buffer of {} floats",
+                        y.len()
+                    ))
+                })?;
+            self.linear(dev, tensors, lin, x, &mut y.slice_mut(at..end), ops)?;
+            at = end;
         }
         Ok(())
     }
@@ -351,12 +565,10 @@ impl Resident {
         let ResidentState {
             x,
             xn,
-            q,
-            knew,
+            qkv,
             attn,
             tmp,
-            g,
-            u,
+            gu,
             act,
             scores,
             logits,
@@ -379,11 +591,14 @@ impl Resident {
                 )
                 .map_err(err)?;
             }
-            let row_kv = pos * kvw..(pos + 1) * kvw;
-            self.linear(dev, tensors, &w.q, xn, &mut q.slice_mut(..), ops)?;
-            self.linear(dev, tensors, &w.k, xn, &mut knew.slice_mut(..), ops)?;
-            self.linear(dev, tensors, &w.v, xn, &mut vc.slice_mut(row_kv), ops)?;
+            self.group(dev, tensors, &w.qkv, xn, qkv, ops)?;
             if ops.other {
+                let nq = nh * hd;
+                let (qv, kv_new, vv) = (
+                    qkv.slice(..nq),
+                    qkv.slice(nq..nq + kvw),
+                    qkv.slice(nq + kvw..nq + 2 * kvw),
+                );
                 let rope = RopeArgs {
                     norms: w.qk_norm.as_ref().map(|(a, b)| (a, b)),
                     eps: self.eps,
@@ -392,8 +607,9 @@ impl Resident {
                 };
                 k.attention_rope(
                     dev,
-                    q,
-                    knew,
+                    &qv,
+                    &kv_new,
+                    &vv,
                     kc,
                     vc,
                     scores,
@@ -417,10 +633,12 @@ impl Resident {
                 )
                 .map_err(err)?;
             }
-            self.linear(dev, tensors, &w.gate, xn, &mut g.slice_mut(..), ops)?;
-            self.linear(dev, tensors, &w.up, xn, &mut u.slice_mut(..), ops)?;
+            self.group(dev, tensors, &w.gate_up, xn, gu, ops)?;
             if ops.other {
-                k.swiglu(dev, g, u, &mut act.slice_mut(..)).map_err(err)?;
+                let f = self.inter;
+                let (gv, uv) = (gu.slice(..f), gu.slice(f..2 * f));
+                k.swiglu(dev, &gv, &uv, &mut act.slice_mut(..f))
+                    .map_err(err)?;
             }
             self.linear(dev, tensors, &w.down, act, &mut tmp.slice_mut(..), ops)?;
         }
@@ -490,6 +708,8 @@ impl Resident {
             other: true,
         })?;
         Ok(ResidentProfile {
+            launches: self.launches,
+            pdl: self.kernels.pdl(),
             step_s,
             gemv_only_s,
             other_only_s,
@@ -507,9 +727,13 @@ impl Resident {
 /// Seconds per decode step on the resident path, and of its parts run alone.
 #[derive(Copy, Clone, Debug)]
 pub struct ResidentProfile {
+    /// Launches per step (GEMVs, their activation splits, the rest, copies).
+    pub launches: Launches,
+    /// Whether the decode kernels took programmatic dependent launches.
+    pub pdl: bool,
     /// Every operation (no read-back).
     pub step_s: f64,
-    /// Only the GEMVs (7 per layer + the LM head).
+    /// Only the GEMVs (4 per layer fused, 7 unfused, + the LM head; with their splits).
     pub gemv_only_s: f64,
     /// Only the rest: norms, RoPE, attention, SwiGLU, argmax, the embedding upload.
     pub other_only_s: f64,

@@ -7,6 +7,8 @@
 //!
 //! Built with `--features mutation-test`, `TESSERA_DECODE_MUTATE=drop-rope` compiles the
 //! resident kernels without the RoPE rotation: the CUDA test must then fail (docs/ENGINE.md).
+//! `TESSERA_RESIDENT_UNFUSED=1` runs the resident path with q/k/v and gate/up as separate
+//! GEMVs (the path formats that cannot be row-concatenated take).
 
 mod common;
 use common::*;
@@ -65,6 +67,20 @@ fn compare(
     );
     if choice == BackendChoice::Cuda && cfg!(feature = "cuda") && !what.contains("deepseek") {
         assert!(resident, "{what}: CUDA did not take the resident path");
+        #[cfg(feature = "cuda")]
+        {
+            // Both fixture formats concatenate (engine::fuse): one q/k/v and one gate/up
+            // GEMV per layer, plus o, down and the LM head, unless fusion is turned off.
+            let layers = gpu.2.config.num_hidden_layers;
+            let n = gpu.2.resident_launches().unwrap();
+            let per_layer = if engine::resident::fusion_enabled() {
+                4
+            } else {
+                7
+            };
+            eprintln!("{what}: launches per step {n:?}");
+            assert_eq!(n.gemv, per_layer * layers + 1, "{what}: {n:?}");
+        }
         let fast = gpu.2.generate_with(prompt, TOKENS, false).unwrap();
         assert!(fast.logits.is_empty());
         assert_eq!(fast.tokens, cpu.0, "{what}: resident no-logits run differs");

@@ -1,8 +1,10 @@
 //! The non-GEMV kernels of the engine's device-resident decode path
 //! (`shaders/cuda/decode_ops.cu`): RMSNorm into the GEMV's padded activation layout, bias
 //! and residual adds, single-token GQA attention over a device KV cache with Qwen3's
-//! q_norm/k_norm, RoPE and the cache append in the same launch, SwiGLU and the argmax. Each launch only enqueues on the backend's stream
-//! (no copy, no synchronisation), so a whole token is queued behind one final read-back.
+//! q_norm/k_norm, RoPE and the k and v cache appends in the same launch, SwiGLU and the
+//! argmax. Each launch only enqueues on the backend's stream (no copy, no synchronisation),
+//! so a whole token is queued behind one final read-back. Inputs are views, so the engine
+//! can hand in slices of one fused GEMV output (q/k/v, gate/up).
 //!
 //! [`DecodeKernels::new`] compiles the source once per backend with NVRTC; a compile or
 //! load failure is a typed [`CudaError::Compile`] naming the source and the kernel.
@@ -13,7 +15,10 @@
 
 use crate::device::CudaBackend;
 use crate::error::CudaError;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    LaunchConfig, sys,
+};
 use cudarc::nvrtc::{CompileError, CompileOptions, compile_ptx_with_opts};
 use quant_core::capability::{Capability, Op};
 use std::sync::OnceLock;
@@ -90,8 +95,58 @@ pub fn resident_capability_table() -> &'static [Capability] {
     })
 }
 
+/// Whether the decode kernels take programmatic dependent launches on a device of `arch`
+/// (`sm_XY`): sm_90 and later, unless `TESSERA_RESIDENT_PDL=0` (benchmarks compare both;
+/// the results are the same).
+fn pdl_on(arch: &str) -> bool {
+    let digits: String = arch
+        .trim_start_matches("sm_")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let new_enough = digits.parse::<u32>().is_ok_and(|v| v >= 90);
+    new_enough && std::env::var("TESSERA_RESIDENT_PDL").map_or(true, |v| v != "0")
+}
+
+/// One kernel parameter of a decode launch, as `cuLaunchKernelEx` reads it (it copies the
+/// value at each address it is given): a device pointer (0 for null) or a 32-bit scalar.
+#[derive(Copy, Clone, Debug)]
+enum Param {
+    Ptr(sys::CUdeviceptr),
+    I32(i32),
+    F32(f32),
+}
+
+impl Param {
+    fn address(&mut self) -> *mut std::ffi::c_void {
+        match self {
+            Param::Ptr(p) => (p as *mut sys::CUdeviceptr).cast(),
+            Param::I32(v) => (v as *mut i32).cast(),
+            Param::F32(v) => (v as *mut f32).cast(),
+        }
+    }
+}
+
+/// A read-only device pointer of `v` on `stream`.
+fn rd<T, V: DevicePtr<T>>(v: &V, stream: &CudaStream) -> Param {
+    // The guard only records an event in multi-stream mode; the backend uses one stream,
+    // whose order already puts this launch after every earlier use.
+    let (p, _guard) = v.device_ptr(stream);
+    Param::Ptr(p)
+}
+
+/// A device pointer of `v` the kernel writes through.
+fn wr<T, V: DevicePtrMut<T>>(v: &mut V, stream: &CudaStream) -> Param {
+    let (p, _guard) = v.device_ptr_mut(stream);
+    Param::Ptr(p)
+}
+
 /// The compiled decode kernels of one backend.
 pub struct DecodeKernels {
+    /// Programmatic dependent launch ([`pdl_on`]): each kernel lets the next kernel of the
+    /// stream launch at once and waits for the previous one before it touches memory
+    /// (decode_ops.cu `TS_PDL_ENTER`), so a launch's start-up overlaps the kernel before it.
+    pdl: bool,
     add_rmsnorm: CudaFunction,
     add_vec: CudaFunction,
     attention_rope: CudaFunction,
@@ -157,12 +212,70 @@ impl DecodeKernels {
             })
         };
         Ok(DecodeKernels {
+            pdl: pdl_on(dev.arch()),
             add_rmsnorm: load("add_rmsnorm")?,
             add_vec: load("add_vec")?,
             attention_rope: load("attention_rope")?,
             swiglu: load("swiglu")?,
             argmax: load("argmax")?,
         })
+    }
+
+    /// Whether the kernels take programmatic dependent launches.
+    pub fn pdl(&self) -> bool {
+        self.pdl
+    }
+
+    /// `cuLaunchKernelEx` of `f` on the backend's stream, with the programmatic
+    /// stream-serialization attribute when [`DecodeKernels::pdl`].
+    ///
+    /// # Safety
+    /// `params` must match `f`'s parameter list in order and type, and every device pointer
+    /// in it must address memory that stays allocated until the kernel has run and that
+    /// holds what the kernel indexes. Every kernel of decode_ops.cu waits
+    /// (`griddepcontrol.wait`) before it touches memory, which a programmatic launch needs.
+    unsafe fn launch(
+        &self,
+        dev: &CudaBackend,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        params: &mut [Param],
+        what: &'static str,
+    ) -> Result<(), CudaError> {
+        let mut addrs: Vec<*mut std::ffi::c_void> = params.iter_mut().map(Param::address).collect();
+        // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of C values), for
+        // which all-zero bytes are a valid value; the id and the one union field read for it
+        // are set below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let lc = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: dev.stream().cu_stream(),
+            attrs: &raw mut attr,
+            numAttrs: u32::from(self.pdl),
+        };
+        dev.context()
+            .bind_to_thread()
+            .map_err(CudaError::driver(what))?;
+        // SAFETY: `lc`, `attr` and `addrs` (pointing into `params`) outlive the call, which
+        // copies the values; `params` and `f` as the caller guarantees.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &raw const lc,
+                f.cu_function(),
+                addrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(CudaError::driver(what))
     }
 
     /// x[..n] += d[..n] (when `d` is given); out[..stride] = w * x / rms(x), zero past n.
@@ -184,25 +297,34 @@ impl DecodeKernels {
         if let Some(d) = d {
             need(d.len(), n, "add_rmsnorm addend")?;
         }
-        let (n_arg, s_arg) = (i32_arg(n, "n")?, i32_arg(stride, "stride")?);
-        let null: u64 = 0;
-        let mut b = dev.stream().launch_builder(&self.add_rmsnorm);
-        b.arg(x);
-        match d {
-            Some(d) => b.arg(d),
-            None => b.arg(&null),
-        };
-        b.arg(w).arg(out).arg(&n_arg).arg(&s_arg).arg(&eps);
+        let st = dev.stream();
+        let mut params = [
+            wr(x, st),
+            d.map_or(Param::Ptr(0), |d| rd(d, st)),
+            rd(w, st),
+            wr(out, st),
+            Param::I32(i32_arg(n, "n")?),
+            Param::I32(i32_arg(stride, "stride")?),
+            Param::F32(eps),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: matches decode_ops.cu's add_rmsnorm (f32*, f32* or null, f32*, f32*, i32,
-        // i32, f32); x, d and w hold >= n floats and out `stride` floats (checked above); the
-        // kernel reads and writes only below n (x, d, w) and below stride (out).
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching add_rmsnorm"))?;
-        Ok(())
+        // i32, f32); x, d and w hold >= n floats and out `stride` floats (checked above), all
+        // borrowed from buffers the caller keeps; the kernel reads and writes only below n
+        // (x, d, w) and below stride (out).
+        unsafe {
+            self.launch(
+                dev,
+                &self.add_rmsnorm,
+                cfg,
+                &mut params,
+                "launching add_rmsnorm",
+            )
+        }
     }
 
     /// y[..n] += b[..n].
@@ -214,9 +336,8 @@ impl DecodeKernels {
     ) -> Result<(), CudaError> {
         let n = bias.len();
         need(y.len(), n, "add_vec y")?;
-        let n_arg = i32_arg(n, "n")?;
-        let mut b = dev.stream().launch_builder(&self.add_vec);
-        b.arg(y).arg(bias).arg(&n_arg);
+        let st = dev.stream();
+        let mut params = [wr(y, st), rd(bias, st), Param::I32(i32_arg(n, "n")?)];
         let cfg = LaunchConfig {
             grid_dim: (blocks(n)?, 1, 1),
             block_dim: (ELEMENTWISE, 1, 1),
@@ -224,24 +345,24 @@ impl DecodeKernels {
         };
         // SAFETY: matches add_vec (f32*, f32*, i32); both hold >= n floats (checked above)
         // and the kernel guards i < n.
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching add_vec"))?;
-        Ok(())
+        unsafe { self.launch(dev, &self.add_vec, cfg, &mut params, "launching add_vec") }
     }
 
     /// One token's attention at position `pos` = seen - 1: per query head, RMSNorm of q and
     /// of its group's k head with `rope.norms` (Qwen3's q_norm, k_norm, [hd] each) when
-    /// given, RoPE, the rotated k written into row `pos` of `kc`, then GQA attention over
-    /// kc / vc [>= seen, kvw] (vc's row `pos` already holds this token's v). q [nh, hd] and
-    /// knew [kvw] are the projections as written; `scores` is scratch [nh, cap]; writes
+    /// given, RoPE, the rotated k and this token's v (`vnew`) written into row `pos` of `kc`
+    /// / `vc`, then GQA attention over kc / vc [>= seen, kvw]. q [nh, hd], knew and vnew
+    /// [kvw] are the projections as written; `scores` is scratch [nh, cap]; writes
     /// out[..nh * hd].
     #[allow(clippy::too_many_arguments)]
     pub fn attention_rope(
         &self,
         dev: &CudaBackend,
-        q: &CudaSlice<f32>,
-        knew: &CudaSlice<f32>,
+        q: &CudaView<'_, f32>,
+        knew: &CudaView<'_, f32>,
+        vnew: &CudaView<'_, f32>,
         kc: &mut CudaSlice<f32>,
-        vc: &CudaSlice<f32>,
+        vc: &mut CudaSlice<f32>,
         scores: &mut CudaSlice<f32>,
         out: &mut CudaViewMut<'_, f32>,
         shape: AttentionShape,
@@ -273,6 +394,7 @@ impl DecodeKernels {
         let kvw = kv_heads * hd;
         need(q.len(), heads * hd, "attention q")?;
         need(knew.len(), kvw, "attention new k")?;
+        need(vnew.len(), kvw, "attention new v")?;
         need(kc.len(), seen * kvw, "attention keys")?;
         need(vc.len(), seen * kvw, "attention values")?;
         need(scores.len(), heads * cap, "attention scores")?;
@@ -293,56 +415,72 @@ impl DecodeKernels {
         let grid = u32::try_from(heads).map_err(|_| CudaError::Input {
             what: "too many heads".into(),
         })?;
-        let null: u64 = 0;
-        let mut b = dev.stream().launch_builder(&self.attention_rope);
-        b.arg(q)
-            .arg(knew)
-            .arg(kc)
-            .arg(vc)
-            .arg(scores)
-            .arg(out)
-            .arg(&args.0)
-            .arg(&args.1)
-            .arg(&args.2)
-            .arg(&args.3)
-            .arg(&args.4)
-            .arg(&scale);
-        match rope.norms {
-            Some((qn, kn)) => b.arg(qn).arg(kn),
-            None => b.arg(&null).arg(&null),
+        let st = dev.stream();
+        let (qn, kn) = match rope.norms {
+            Some((qn, kn)) => (rd(qn, st), rd(kn, st)),
+            None => (Param::Ptr(0), Param::Ptr(0)),
         };
-        b.arg(&rope.eps)
-            .arg(rope.inv_freq)
-            .arg(&args.5)
-            .arg(&rope.attn_factor);
+        let mut params = [
+            rd(q, st),
+            rd(knew, st),
+            rd(vnew, st),
+            wr(kc, st),
+            wr(vc, st),
+            wr(scores, st),
+            wr(out, st),
+            Param::I32(args.0),
+            Param::I32(args.1),
+            Param::I32(args.2),
+            Param::I32(args.3),
+            Param::I32(args.4),
+            Param::F32(scale),
+            qn,
+            kn,
+            Param::F32(rope.eps),
+            rd(rope.inv_freq, st),
+            Param::I32(args.5),
+            Param::F32(rope.attn_factor),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
             block_dim: (HEAD_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches decode_ops.cu's attention_rope (f32* x 6, i32 x 5, f32, f32* or
+        // SAFETY: matches decode_ops.cu's attention_rope (f32* x 7, i32 x 5, f32, f32* or
         // null x 2, f32, f32*, i32, f32); every buffer holds what the kernel indexes (checked
-        // above): q heads * hd, knew kvw, kc / vc seen * kvw with g * hd + d < kvw, scores
+        // above): q heads * hd, knew / vnew kvw, kc / vc seen * kvw with g * hd + d < kvw,
+        // scores
         // heads * cap with j < seen <= cap, out heads * hd, norms hd, inv_freq `half` with
         // 2 * half <= hd <= MAX_HEAD_DIM (the kernel's shared head buffers).
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching attention_rope"))?;
-        Ok(())
+        unsafe {
+            self.launch(
+                dev,
+                &self.attention_rope,
+                cfg,
+                &mut params,
+                "launching attention_rope",
+            )
+        }
     }
 
     /// out[..n] = silu(g) * u for n = g.len().
     pub fn swiglu(
         &self,
         dev: &CudaBackend,
-        g: &CudaSlice<f32>,
-        u: &CudaSlice<f32>,
+        g: &CudaView<'_, f32>,
+        u: &CudaView<'_, f32>,
         out: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), CudaError> {
         let n = g.len();
         need(u.len(), n, "swiglu up")?;
         need(out.len(), n, "swiglu out")?;
-        let n_arg = i32_arg(n, "n")?;
-        let mut b = dev.stream().launch_builder(&self.swiglu);
-        b.arg(g).arg(u).arg(out).arg(&n_arg);
+        let st = dev.stream();
+        let mut params = [
+            rd(g, st),
+            rd(u, st),
+            wr(out, st),
+            Param::I32(i32_arg(n, "n")?),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (blocks(n)?, 1, 1),
             block_dim: (ELEMENTWISE, 1, 1),
@@ -350,8 +488,7 @@ impl DecodeKernels {
         };
         // SAFETY: matches swiglu (f32*, f32*, f32*, i32); all hold >= n floats (checked
         // above) and the kernel guards i < n.
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching swiglu"))?;
-        Ok(())
+        unsafe { self.launch(dev, &self.swiglu, cfg, &mut params, "launching swiglu") }
     }
 
     /// out[0] = the first index of the largest of x.
@@ -362,9 +499,8 @@ impl DecodeKernels {
         out: &mut CudaSlice<i32>,
     ) -> Result<(), CudaError> {
         need(out.len(), 1, "argmax out")?;
-        let n_arg = i32_arg(x.len(), "n")?;
-        let mut b = dev.stream().launch_builder(&self.argmax);
-        b.arg(x).arg(&n_arg).arg(out);
+        let st = dev.stream();
+        let mut params = [rd(x, st), Param::I32(i32_arg(x.len(), "n")?), wr(out, st)];
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (BLOCK, 1, 1),
@@ -372,8 +508,7 @@ impl DecodeKernels {
         };
         // SAFETY: matches argmax (f32*, i32, i32*); x holds n floats, out one int; the block
         // is TS_BLOCK threads, the size of the kernel's shared arrays.
-        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching argmax"))?;
-        Ok(())
+        unsafe { self.launch(dev, &self.argmax, cfg, &mut params, "launching argmax") }
     }
 }
 
@@ -421,6 +556,21 @@ mod tests {
         assert!(DECODE_OPS_SOURCE.contains(&format!("qs[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains(&format!("ks[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains("#ifndef TS_MUTATE_DROP_ROPE"));
+        // A programmatic launch is sound only if every kernel waits before touching memory.
+        assert_eq!(
+            DECODE_OPS_SOURCE.matches("__global__ void").count(),
+            DECODE_OPS_SOURCE.matches("    TS_PDL_ENTER();\n").count()
+        );
+    }
+
+    #[test]
+    fn pdl_needs_sm_90() {
+        // (the TESSERA_RESIDENT_PDL override is not set in tests)
+        assert!(pdl_on("sm_90"));
+        assert!(pdl_on("sm_100"));
+        assert!(!pdl_on("sm_89"));
+        assert!(!pdl_on("sm_80"));
+        assert!(!pdl_on("compute"));
     }
 
     #[test]
