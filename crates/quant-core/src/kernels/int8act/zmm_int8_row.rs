@@ -1,6 +1,9 @@
 //! A 512-bit single-activation-row (S = 1) int8-activation kernel of int8-row, run at
-//! [`SimdLevel::Avx512Vnni`] in place of the generic [`super::tessera`] body; every other
-//! level and S > 1 go to that body.
+//! [`SimdLevel::Avx512Vnni`] on rows of at most [`ONE_ROW_MAX_COLS`] weights in place of the
+//! generic [`super::tessera`] body; every other level, S > 1 and longer rows go to that body
+//! (its four-row tiles: a 16384-column row's activation-side numbers, 34 KB, no longer fit
+//! L1 next to the stream, and one row at a time streamed [6144 x 16384] at 4481-4803 us a
+//! call against 2950-3614 for the exact kernel, 2026-11-30).
 //!
 //! The generic body spends, per 32 weights, a 256-bit load, the `|q|` / `x·sign(q)` pair,
 //! one `vpdpbusd`, a broadcast of the block's step, a conversion and an FMA. Here one
@@ -13,7 +16,7 @@
 //! bound of [`super`] holds unchanged.
 
 use super::super::SimdLevel;
-use super::{Int8Kernel, QActs, QLayout};
+use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -47,7 +50,11 @@ impl Int8Kernel for ZmmInt8Row {
         out: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if a.s == 1 && level == SimdLevel::Avx512Vnni && n <= out.len() {
+        if a.s == 1
+            && level == SimdLevel::Avx512Vnni
+            && t.cols() <= ONE_ROW_MAX_COLS
+            && n <= out.len()
+        {
             let cols = t.cols();
             for (r, y) in out[..n].iter_mut().enumerate() {
                 let row = t.row(row0 + r);
