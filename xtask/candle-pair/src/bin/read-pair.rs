@@ -12,8 +12,9 @@
 //! Output, one line each:
 //! `readpair <format> <path> <O>x<I> read_us <m> tessera_us <m> bytes <n> copies <n> calls <n>`.
 //!
-//! Usage: `read-pair [FORMATS] [SHAPES]` (defaults: int8-row, int4-row, int4-g64,
-//! fp8-e4m3-b128, mq4-g256-v2 on 4096x4096, 14336x4096, 6144x16384).
+//! Usage: `read-pair [FORMATS] [SHAPES]` (defaults: issue 2's int8-row, int4-row, int4-g64,
+//! fp8-e4m3-b128, mq4-g256-v2, and issue 8's q8_0, q4_k, q6_k — how near the memory bound
+//! the GGUF kernels, and so candle's, run — on 4096x4096, 14336x4096, 6144x16384).
 
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
@@ -74,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let formats = list(
         args.first(),
-        "int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2",
+        "int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2,q8_0,q4_k,q6_k",
         |s| {
             s.parse::<Format>()
                 .unwrap_or_else(|e| panic!("format {s:?}: {e}"))
