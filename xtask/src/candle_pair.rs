@@ -35,44 +35,60 @@ impl Pair {
     }
 }
 
-/// Builds the pair with `-C target-cpu=native` (as the anchor) and runs it.
-pub fn run(root: &Path) -> Result<Vec<Pair>, String> {
+/// Where the pair crate is built.
+fn target_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("tessera-candle-pair")
+}
+
+/// Builds the pair crate (both binaries) with `-C target-cpu=native`, as the anchor is.
+fn build(root: &Path) -> Result<(), String> {
     let src = root.join("xtask/candle-pair");
-    let target = std::env::temp_dir().join("tessera-candle-pair");
     eprintln!(
-        "bench-cpu: building the interleaved candle pair ({})",
+        "bench-cpu: building the interleaved pairs ({})",
         src.display()
     );
     let status = Command::new("cargo")
         .args(["build", "--release", "--quiet"])
         .current_dir(&src)
         .env("RUSTFLAGS", "-C target-cpu=native")
-        .env("CARGO_TARGET_DIR", &target)
+        .env("CARGO_TARGET_DIR", target_dir())
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err("cargo build of xtask/candle-pair failed (it needs crates.io once)".into());
     }
-    let bin = target.join("release/candle-pair");
+    Ok(())
+}
+
+/// Runs one of the built binaries and parses its lines; an error when none parses.
+fn run_bin<T>(name: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    let bin = target_dir().join("release").join(name);
     eprintln!("bench-cpu: running {}", bin.display());
     let out = Command::new(&bin)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
+        return Err(format!("{} failed: {}", bin.display(), stderr.trim()));
+    }
+    let rows: Vec<T> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(parse)
+        .collect();
+    if rows.is_empty() {
         return Err(format!(
-            "{} failed: {}",
+            "{} printed no result lines: {}",
             bin.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim()
         ));
     }
-    let pairs: Vec<Pair> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(parse_line)
-        .collect();
-    if pairs.is_empty() {
-        return Err(format!("{} printed no pair lines", bin.display()));
-    }
-    Ok(pairs)
+    Ok(rows)
+}
+
+/// Builds the pair crate and runs `candle-pair`.
+pub fn run(root: &Path) -> Result<Vec<Pair>, String> {
+    build(root)?;
+    run_bin("candle-pair", parse_line)
 }
 
 /// One read-pair line: format, path, shape, the read's and tessera's median microseconds.
@@ -89,30 +105,7 @@ pub struct ReadPair {
 
 /// Runs the already built `read-pair` (after [`run`] built the crate).
 pub fn run_read() -> Result<Vec<ReadPair>, String> {
-    let bin = std::env::temp_dir().join("tessera-candle-pair/release/read-pair");
-    eprintln!("bench-cpu: running {}", bin.display());
-    let out = Command::new(&bin)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let rows: Vec<ReadPair> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(parse_read_line)
-        .collect();
-    if rows.is_empty() {
-        return Err(format!(
-            "{} printed no readpair lines: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(rows)
+    run_bin("read-pair", parse_read_line)
 }
 
 /// `readpair int8-row int8-act 4096x4096 read_us 541.6 tessera_us 523.0 bytes 16793600 copies 16 calls 200`

@@ -24,17 +24,10 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
+use candle_pair::{copies, formats_and_shapes, median};
 use quant_core::kernels::{KernelPath, gemm_with};
 use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
 use std::time::Instant;
-
-/// Bytes the copies of one side must reach, as in the anchor and the criterion bench.
-const WORKING_SET: f64 = 256e6;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn candle_type(format: Format) -> Option<GgmlDType> {
     match format {
@@ -45,25 +38,8 @@ fn candle_type(format: Format) -> Option<GgmlDType> {
     }
 }
 
-fn list<T>(arg: Option<&String>, default: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
-    arg.map_or(default, |s| s.as_str())
-        .split(',')
-        .map(parse)
-        .collect()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let formats = list(args.first(), "q8_0,q4_k,q6_k", |s| {
-        s.parse::<Format>()
-            .unwrap_or_else(|e| panic!("format {s:?}: {e}"))
-    });
-    let shapes = list(args.get(1), "4096x4096,14336x4096,6144x16384", |s| {
-        let (o, i) = s
-            .split_once('x')
-            .unwrap_or_else(|| panic!("shape {s:?}: want OxI"));
-        (o.parse::<usize>().unwrap(), i.parse::<usize>().unwrap())
-    });
+    let (formats, shapes) = formats_and_shapes("q8_0,q4_k,q6_k");
     let dev = Device::Cpu;
     for &(o, i) in &shapes {
         let w = Tensor::randn(0f32, 1.0, (o, i), &dev)?;
@@ -74,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let dt = candle_type(format).ok_or_else(|| format!("{format}: no candle twin"))?;
             let first = QTensor::quantize(&w, dt)?;
             let candle_bytes = first.storage_size_in_bytes();
-            let copies = (WORKING_SET / candle_bytes as f64).ceil().clamp(1.0, 64.0) as usize;
+            let copies = copies(candle_bytes);
             let mut theirs = vec![QMatMul::from_qtensor(first)?];
             for k in 1..copies {
                 // Distinct values per copy, as the anchor does.

@@ -16,17 +16,11 @@
 //! fp8-e4m3-b128, mq4-g256-v2, and issue 8's q8_0, q4_k, q6_k — how near the memory bound
 //! the GGUF kernels, and so candle's, run — on 4096x4096, 14336x4096, 6144x16384).
 
+use candle_pair::{copies, formats_and_shapes, median};
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, Format, encode};
+use quant_core::{EncodeOptions, encode};
 use std::time::Instant;
-
-const WORKING_SET: f64 = 256e6;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// read_bw.c's inner loop over `b`: 64-byte loads into four independent accumulators.
 #[cfg(target_arch = "x86_64")]
@@ -60,33 +54,13 @@ fn read(b: &[u8]) -> f32 {
         .sum()
 }
 
-fn list<T>(arg: Option<&String>, default: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
-    arg.map_or(default, |s| s.as_str())
-        .split(',')
-        .map(parse)
-        .collect()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !std::is_x86_feature_detected!("avx512f") {
         eprintln!("skipped: the read probe is read_bw.c's AVX-512 loop; this CPU has no AVX-512");
         return Ok(());
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let formats = list(
-        args.first(),
-        "int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2,q8_0,q4_k,q6_k",
-        |s| {
-            s.parse::<Format>()
-                .unwrap_or_else(|e| panic!("format {s:?}: {e}"))
-        },
-    );
-    let shapes = list(args.get(1), "4096x4096,14336x4096,6144x16384", |s| {
-        let (o, i) = s
-            .split_once('x')
-            .unwrap_or_else(|| panic!("shape {s:?}: want OxI"));
-        (o.parse::<usize>().unwrap(), i.parse::<usize>().unwrap())
-    });
+    let (formats, shapes) =
+        formats_and_shapes("int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2,q8_0,q4_k,q6_k");
     for &(o, i) in &shapes {
         let mut rng = Rng::new(0x7e55e7a);
         let w = weights(&mut rng, o, i);
@@ -94,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for &format in &formats {
             let enc = encode(format, o, i, &w, &EncodeOptions::default())?;
             let bytes = enc.weights.len() + enc.scales.len();
-            let copies = (WORKING_SET / bytes as f64).ceil().clamp(1.0, 64.0) as usize;
+            let copies = copies(bytes);
             let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
             let plain: Vec<Vec<u8>> = (0..copies)
                 .map(|_| quant_core::memory::weight_buffer(bytes.next_multiple_of(256)))
