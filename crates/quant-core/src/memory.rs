@@ -30,7 +30,12 @@ const HUGE: usize = 2 << 20;
 /// once per process).
 pub fn huge_pages_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TESSERA_HUGE_PAGES").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| enabled_by(std::env::var("TESSERA_HUGE_PAGES").ok().as_deref()))
+}
+
+/// The policy of [`huge_pages_enabled`] for a value of `TESSERA_HUGE_PAGES` (unset: on).
+fn enabled_by(var: Option<&str>) -> bool {
+    var != Some("0")
 }
 
 /// A zero-filled buffer of `len` bytes, in huge pages where possible (module docs).
@@ -82,6 +87,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_tessera_huge_pages_0_turns_the_advice_off() {
+        assert!(enabled_by(None));
+        assert!(enabled_by(Some("1")));
+        assert!(!enabled_by(Some("0")));
+        assert_eq!(
+            huge_pages_enabled(),
+            enabled_by(std::env::var("TESSERA_HUGE_PAGES").ok().as_deref())
+        );
+    }
+
+    #[test]
     fn buffers_hold_what_they_are_given() {
         for len in [0, 1, 4095, MIN_HUGE - 1, MIN_HUGE, MIN_HUGE + 12_345] {
             let z = weight_buffer(len);
@@ -99,8 +115,12 @@ mod tests {
     fn large_buffers_get_huge_pages_where_the_kernel_offers_them() {
         let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .unwrap_or_default();
-        if !(mode.contains("[always]") || mode.contains("[madvise]")) || !huge_pages_enabled() {
+        if !(mode.contains("[always]") || mode.contains("[madvise]")) {
             eprintln!("skipped: transparent huge pages off here ({})", mode.trim());
+            return;
+        }
+        if std::env::var("TESSERA_HUGE_PAGES").as_deref() == Ok("0") {
+            eprintln!("skipped: TESSERA_HUGE_PAGES=0 turns the advice off");
             return;
         }
         let v = weight_buffer(32 << 20);
