@@ -56,30 +56,33 @@ pub fn weight_copy(src: &[u8]) -> Vec<u8> {
 
 /// Advises the aligned 2 MiB span of `v`'s reserved, not yet written capacity.
 fn advise(v: &mut Vec<u8>) {
-    let cap = v.capacity();
-    if cap < MIN_HUGE || !huge_pages_enabled() {
+    if !huge_pages_enabled() {
         return;
     }
-    let start = v.as_mut_ptr() as usize;
-    let (Some(first), Some(end)) = (start.checked_next_multiple_of(HUGE), start.checked_add(cap))
-    else {
+    let Some((first, len)) = huge_span(v.as_mut_ptr() as usize, v.capacity()) else {
         return;
     };
-    let last = end / HUGE * HUGE;
-    if last <= first {
-        return;
-    }
     #[cfg(target_os = "linux")]
-    // SAFETY: [first, last) lies inside the allocation `v` owns (its reserved capacity);
-    // madvise with MADV_HUGEPAGE changes only how future faults are backed, never the
-    // contents or the validity of the memory, and its failure is harmless (small pages).
+    // SAFETY: [first, first + len) lies inside the allocation `v` owns (its reserved
+    // capacity: `huge_span`); madvise with MADV_HUGEPAGE changes only how future faults are
+    // backed, never the contents or the validity of the memory, and its failure is harmless
+    // (small pages).
     unsafe {
-        libc::madvise(
-            first as *mut libc::c_void,
-            last - first,
-            libc::MADV_HUGEPAGE,
-        );
+        libc::madvise(first as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (first, len);
+}
+
+/// The whole 2 MiB pages inside `[start, start + cap)`, as (first address, length), for a
+/// buffer of at least [`MIN_HUGE`] bytes that holds at least one; `None` otherwise.
+fn huge_span(start: usize, cap: usize) -> Option<(usize, usize)> {
+    if cap < MIN_HUGE {
+        return None;
+    }
+    let first = start.checked_next_multiple_of(HUGE)?;
+    let last = start.checked_add(cap)? / HUGE * HUGE;
+    (last > first).then(|| (first, last - first))
 }
 
 #[cfg(test)]
@@ -95,6 +98,19 @@ mod tests {
             huge_pages_enabled(),
             enabled_by(std::env::var("TESSERA_HUGE_PAGES").ok().as_deref())
         );
+    }
+
+    #[test]
+    fn the_advised_span_is_the_whole_huge_pages_inside_the_buffer() {
+        const M: usize = 1 << 20;
+        assert_eq!(huge_span(0, 4 * M), Some((0, 4 * M)));
+        assert_eq!(huge_span(4096, 8 * M), Some((2 * M, 6 * M)));
+        assert_eq!(huge_span(1, 4 * M), Some((2 * M, 2 * M)));
+        assert_eq!(huge_span(2 * M - 1, 4 * M + 1), Some((2 * M, 4 * M)));
+        assert_eq!(huge_span(3 * M, 5 * M), Some((4 * M, 4 * M)));
+        assert_eq!(huge_span(0, MIN_HUGE - 1), None);
+        assert_eq!(huge_span(M, MIN_HUGE), Some((2 * M, 2 * M)));
+        assert_eq!(huge_span(usize::MAX - M, MIN_HUGE), None);
     }
 
     #[test]
