@@ -22,11 +22,12 @@ fn main() {
         println!("cargo:rerun-if-changed=../../shaders/wgsl/{f}");
     }
     let mut specs = shaders::specialisations(shaders::vulkan_batches());
-    // The mutation tests' deliberate defects, for one format (not shipped otherwise).
+    // The mutation tests' deliberate defects, for two formats (not shipped otherwise):
+    // int4-g64, and int4-row for its S = 1 path on packed int8 activations.
     if std::env::var_os("CARGO_FEATURE_MUTATION_TEST").is_some() {
         for m in 1..=3 {
             specs.extend(shaders::mutants(
-                [quant_core::Format::Int4G64].into_iter(),
+                [quant_core::Format::Int4G64, quant_core::Format::Int4Row].into_iter(),
                 shaders::vulkan_batches(),
                 m,
             ));

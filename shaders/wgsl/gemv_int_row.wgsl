@@ -78,12 +78,46 @@ fn i8dotx4(w: vec4<u32>, xk: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(dot(i8v(w.x), xk), dot(i8v(w.y), xk), dot(i8v(w.z), xk), dot(i8v(w.w), xk));
 }
 
+// ---- S = 1, int4, packed int8 activations (p.reserved0 == 1; prelude: `XQ`, `q4i8`) ----
+
+fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    var a = vec4<f32>(0.0);
+    for (var c = lid; c < nch; c += WG) {
+        let v = rows4(rr, c, rb);
+        let x = xq(c);
+        if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
+            let dh = bitcast<f32>(x.h.x);
+            a += dh * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
+        } else {
+            let xf = x8(c);
+            a += vec4<f32>(
+                dot(q4row(v.v0, xf), NIB_POS),
+                dot(q4row(v.v1, xf), NIB_POS),
+                dot(q4row(v.v2, xf), NIB_POS),
+                dot(q4row(v.v3, xf), NIB_POS),
+            );
+        }
+    }
+    return a;
+}
+
 fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let last = p.o - 1u;
     let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
     // int8: one partial per row; int4: per row and nibble position (q4row).
+    let d = vec4<f32>(
+        scaled(scale_f32(rr.x)),
+        scaled(scale_f32(rr.y)),
+        scaled(scale_f32(rr.z)),
+        scaled(scale_f32(rr.w)),
+    );
+    if (BITS == 4u && p.reserved0 == 1u) {
+        return partial1_i8(rr, lid) * d;
+    }
     var a = vec4<f32>(0.0);
     var p0 = vec4<f32>(0.0);
     var p1 = vec4<f32>(0.0);
@@ -108,11 +142,5 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     if (BITS == 4u) {
         a = vec4<f32>(dot(p0, NIB_POS), dot(p1, NIB_POS), dot(p2, NIB_POS), dot(p3, NIB_POS));
     }
-    let d = vec4<f32>(
-        scaled(scale_f32(rr.x)),
-        scaled(scale_f32(rr.y)),
-        scaled(scale_f32(rr.z)),
-        scaled(scale_f32(rr.w)),
-    );
     return a * d;
 }

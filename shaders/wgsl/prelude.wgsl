@@ -326,3 +326,61 @@ fn q4row(w: vec4<u32>, x: X8) -> vec4<f32> {
         + (nib_in_place(c) - off) * x.x4 + (nib_in_place(c >> 16u) - off) * x.x5
         + (nib_in_place(d) - off) * x.x6 + (nib_in_place(d >> 16u) - off) * x.x7;
 }
+
+// ---- S = 1, int4 (offset binary), packed int8 activations ----------------------------------
+// Where p.reserved0 == 1 (gemv_int_row BITS 4 and gemv_int_group at S = 1 only: the host
+// appended them; kernels_metal::kernels::int8_activations).
+// kernels_metal::kernels::pack_int8_activations: after x's x_stride floats, 7 vec4s for
+// each 32-weight block b (= 16-byte chunk b of a row): planes 0, 1, 2 (2 vec4s each) of
+// signed bytes q_k with x ~ d (q0 + q1 / 256 + q2 / 65536), then (d / 256, and for each
+// plane 0x4B400000 - 8 sum q_k); byte j of plane word 2k is weight 8k + 2j, of word 2k + 1 weight
+// 8k + 2j + 1, matching the nibble bytes (w & 0x0F0F0F0F), ((w >> 4) & 0x0F0F0F0F) of word k.
+// d / 256 is a NaN where the block holds a non-finite or tiny activation: that chunk then
+// takes the f32 path (tested on the bits: drivers may assume no NaN in float compares).
+
+// Block c's planes and header.
+struct XQ {
+    a0: vec4<u32>,
+    b0: vec4<u32>,
+    a1: vec4<u32>,
+    b1: vec4<u32>,
+    a2: vec4<u32>,
+    b2: vec4<u32>,
+    h: vec4<u32>,
+}
+
+fn xq(c: u32) -> XQ {
+    let k = (p.x_stride >> 2u) + 7u * c;
+    return XQ(
+        bitcast<vec4<u32>>(xv[k]),
+        bitcast<vec4<u32>>(xv[k + 1u]),
+        bitcast<vec4<u32>>(xv[k + 2u]),
+        bitcast<vec4<u32>>(xv[k + 3u]),
+        bitcast<vec4<u32>>(xv[k + 4u]),
+        bitcast<vec4<u32>>(xv[k + 5u]),
+        bitcast<vec4<u32>>(xv[k + 6u]),
+    );
+}
+
+// sum_i (n_i - 8) q_i of row chunk w's nibble bytes (lo, hi) and one plane (a: words 0..3,
+// b: 4..7), as the bits of the f32 1.5 2^23 + that sum: the dot products accumulate onto the
+// header's 0x4B400000 - 8 sum q (h), and |the sum| <= 32 * 8 * 128 < 2^22 keeps it exact.
+fn q4plane(lo: vec4<u32>, hi: vec4<u32>, a: vec4<u32>, b: vec4<u32>, h: u32) -> f32 {
+    let s = bitcast<i32>(h) + dot4I8Packed(lo.x, a.x) + dot4I8Packed(hi.x, a.y)
+        + dot4I8Packed(lo.y, a.z) + dot4I8Packed(hi.y, a.w) + dot4I8Packed(lo.z, b.x)
+        + dot4I8Packed(hi.z, b.y) + dot4I8Packed(lo.w, b.z) + dot4I8Packed(hi.w, b.w);
+    return bitcast<f32>(s) - 12582912.0;
+}
+
+// sum_i (n_i - 8) x_i / (d / 256) for one row's chunk w against block x's planes: every
+// plane sum is an exact f32 (no conversion instruction), and s0 256 + s1
+// (|.| <= 32 * 8 * (127 * 256 + 128) < 2^24) is exact too, so one rounding remains.
+fn q4i8(w: vec4<u32>, x: XQ) -> f32 {
+    let v = vec4<u32>(nib_order(w.x), nib_order(w.y), nib_order(w.z), nib_order(w.w));
+    let lo = v & vec4<u32>(0x0F0F0F0Fu);
+    let hi = (v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
+    let s0 = q4plane(lo, hi, x.a0, x.b0, x.h.y);
+    let s1 = q4plane(lo, hi, x.a1, x.b1, x.h.z);
+    let s2 = q4plane(lo, hi, x.a2, x.b2, x.h.w);
+    return fma(s0, 256.0, s1) + s2 * 0.00390625;
+}

@@ -19,7 +19,9 @@
 //! default kernels' figures as xtask's perf record (`{"backend", "device", "date",
 //! "command", "ceiling": {"name", "gbps"}, "series": [{"label", "kind", "s", "points":
 //! [{"shape", "us", "gbps"}]}]}`, one series per format and S). Without an adapter it prints
-//! "skipped: ..." and exits 0.
+//! "skipped: ..." and exits 0. Where a kernel takes packed int8 activations (int4-row and
+//! int4-g* at S = 1), a second device with `Options::int8_activations` off times the f32 path too
+//! (reduction column "subgroup, f32 x").
 //!
 //! The copy ceiling: buffers of up to 1 GiB are copied both ways 3 times first (every page
 //! resident), then timed with timestamps only around the copies: 10 `copy_buffer_to_buffer`
@@ -575,6 +577,13 @@ fn main() {
     } else {
         None
     };
+    // The f32 path of the kernels that can take packed int8 activations (old against new).
+    let f32x = WgpuBackend::with_options(&Options {
+        int8_activations: false,
+        ..base.clone()
+    })
+    .ok()
+    .filter(|_| base.int8_activations);
     let ceiling = copy_ceiling(&b, opts.copy_bytes);
     let copy = ceiling.gbps();
     println!(
@@ -600,6 +609,14 @@ fn main() {
             )];
             if let Some(s) = &shm {
                 variants.push((s, "shared-memory"));
+            }
+            if let Some(f) = &f32x
+                && opts
+                    .batches
+                    .iter()
+                    .any(|&s| b.uses_int8_activations(format, s))
+            {
+                variants.push((f, "subgroup, f32 x"));
             }
             for (dev, path) in variants {
                 let first = dev.upload(&t.view()).unwrap_or_else(|e| fail(e));

@@ -76,6 +76,9 @@ pub struct Options {
     pub adapter: Option<String>,
     /// `MUTATE` for every pipeline (0 = none).
     pub mutate: u32,
+    /// The int4 formats at S = 1 take packed int8 activations (`dot4I8Packed`;
+    /// `kernels::int8_activations`); `false`: the f32 path everywhere.
+    pub int8_activations: bool,
 }
 
 impl Default for Options {
@@ -84,13 +87,15 @@ impl Default for Options {
             subgroups: Subgroups::Auto,
             adapter: None,
             mutate: 0,
+            int8_activations: true,
         }
     }
 }
 
 impl Options {
     /// Defaults, changed by the environment: `TESSERA_WGPU_SUBGROUPS` = `never` / `require`
-    /// / `auto`, `TESSERA_WGPU_ADAPTER` = a name substring, and (with the `mutation-test`
+    /// / `auto`, `TESSERA_WGPU_ADAPTER` = a name substring, `TESSERA_WGPU_INT8_X=0` (the f32
+    /// path for the int4 formats at S = 1 too), and (with the `mutation-test`
     /// feature only) `TESSERA_WGPU_MUTATE`.
     pub fn from_env() -> Options {
         let mut o = Options::default();
@@ -99,6 +104,7 @@ impl Options {
             Ok("require") => o.subgroups = Subgroups::Require,
             _ => {}
         }
+        o.int8_activations = std::env::var("TESSERA_WGPU_INT8_X").as_deref() != Ok("0");
         o.adapter = std::env::var("TESSERA_WGPU_ADAPTER")
             .ok()
             .filter(|s| !s.is_empty());
@@ -200,6 +206,7 @@ pub struct WgpuBackend {
     subgroups: bool,
     timestamps: bool,
     mutate: u32,
+    int8_x: bool,
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -357,6 +364,7 @@ impl WgpuBackend {
             subgroups,
             timestamps,
             mutate: opts.mutate,
+            int8_x: opts.int8_activations,
             layout,
             pipeline_layout,
             modules: Mutex::new(HashMap::new()),
@@ -569,8 +577,15 @@ impl WgpuBackend {
         lock(&self.pipelines).len()
     }
 
+    /// Whether a GEMV of `format` at batch `s` takes packed int8 activations here
+    /// ([`Options::int8_activations`] and `kernels::int8_activations`).
+    pub fn uses_int8_activations(&self, format: Format, s: usize) -> bool {
+        self.int8_x && kernels::int8_activations(format, s)
+    }
+
     /// `x` ([s, I], logical domain) rotated into `w`'s stored domain and laid out as the
-    /// kernels read it: [s, x_stride], zero past I.
+    /// kernels read it: [s, x_stride], zero past I; where [`Self::uses_int8_activations`],
+    /// followed by `kernels::pack_int8_activations` (u32 words, as f32 bits).
     pub fn prepare_activations(
         &self,
         w: &GpuTensor,
@@ -603,6 +618,10 @@ impl WgpuBackend {
                 }
             }
         }
+        if self.uses_int8_activations(w.format, s) {
+            let packed = kernels::pack_int8_activations(&out);
+            out.extend(packed.into_iter().map(f32::from_bits));
+        }
         Ok(out)
     }
 
@@ -624,7 +643,11 @@ impl WgpuBackend {
             format: w.format,
             s,
         })?;
-        let params = Params::new(w.format, w.rows, w.cols, s)?;
+        let mut params = Params::new(w.format, w.rows, w.cols, s)?;
+        if self.uses_int8_activations(w.format, s) {
+            // `x` came from prepare_activations, which appended the packed planes.
+            params.reserved0 = 1;
+        }
         let pipeline = self.pipeline(&spec, s, rows)?;
         let grid = spec.dispatch(w.rows, rows)?;
         let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {

@@ -12,7 +12,9 @@
 //!   buffer is zero-padded to a multiple of [`BUFFER_ALIGN`] bytes), binding 1 `scales`
 //!   (the sidecar bytes, padded the same way; a [`BUFFER_ALIGN`]-byte zero dummy when the
 //!   format has none), binding 2 `x` ([S, x_stride] f32, zero past I, in the stored domain:
-//!   the host rotates it for rotated formats), binding 3 `y` ([S, O] f32, read-write);
+//!   the host rotates it for rotated formats; where [`int8_activations`] and the host opts
+//!   in, followed by [`pack_int8_activations`] with `Params::reserved0` = 1), binding 3 `y`
+//!   ([S, O] f32, read-write);
 //! - immediates (push constants): [`Params`], 32 bytes;
 //! - workgroups of [`WORKGROUP_SIZE`] invocations, each owning `ROWS` consecutive rows
 //!   (an override, [`rows_per_workgroup`]) and computing all S outputs of those rows;
@@ -267,7 +269,8 @@ pub struct Params {
     /// Stored sidecar scales of one row (per-group formats: ceil(I / group)) or of one
     /// 128-row band (fp8 tiles: ceil(I / 128)); the registry's `scale_count(1, I)`.
     pub sc_row: u32,
-    /// Reserved, zero.
+    /// 1: packed int8 activations follow x ([`int8_activations`] kernels at S = 1 only);
+    /// otherwise zero.
     pub reserved0: u32,
     /// Reserved, zero.
     pub reserved1: u32,
@@ -328,6 +331,101 @@ impl Params {
 /// [`X_STRIDE_ALIGN`].
 pub fn x_stride(cols: usize) -> Option<usize> {
     cols.checked_next_multiple_of(X_STRIDE_ALIGN)
+}
+
+/// 16-byte vectors of packed int8 activations a 32-weight block: planes 0, 1, 2 (two each)
+/// and a header ([`pack_int8_activations`]).
+pub const INT8_X_VEC4S_PER_BLOCK: usize = 7;
+
+/// The formats whose S = 1 kernel can take packed int8 activations: int4-row
+/// (gemv_int_row) and the int4-g* formats whose group is a multiple of 32 (gemv_int_group's
+/// S = 1 path; one 32-weight block never straddles two groups).
+pub const INT8_X_FORMATS: [Format; 7] = [
+    Format::Int4Row,
+    Format::Int4G32,
+    Format::Int4G64,
+    Format::Int4G96,
+    Format::Int4G128,
+    Format::Int4G192,
+    Format::Int4G256,
+];
+
+/// Whether the kernel of `format` at batch `s` can take packed int8 activations
+/// ([`pack_int8_activations`], appended to x, with `Params::reserved0` = 1): the
+/// [`INT8_X_FORMATS`] at S = 1, where `partial1_i8` replaces 4 float operations a weight by
+/// one quarter of a packed 4 x 8-bit dot product per plane (`dot4I8Packed`).
+pub fn int8_activations(format: Format, s: usize) -> bool {
+    s == 1 && INT8_X_FORMATS.contains(&format)
+}
+
+/// The bits of the f32 1.5 * 2^23: an integer |v| < 2^22 added to them gives the f32
+/// 1.5 * 2^23 + v exactly.
+pub const INT8_X_BIAS: u32 = 0x4B40_0000;
+
+/// A block whose largest |x| exceeds this many times the mean |x| of its other 31 takes the
+/// f32 path: the planes' error, up to d / 2^17 = max |x| / (127 * 2^17) an element, then stays
+/// below 128 / (127 * 2^17) < 1e-5 of the block's typical |x|. Without it one outlier
+/// (1e4 among N(0, 1) values) cost 1e-4 of sum |w x| on rows whose weight under the
+/// outlier is small (measured on lavapipe, kernels-rocm's device test).
+const INT8_X_OUTLIER: f64 = 128.0;
+
+/// Activations below this (in absolute value, the block's largest) take the f32 path:
+/// d / 256 stays a normal f32 above it.
+const INT8_X_TINY: f32 = 1e-30;
+
+/// The packed int8 activations of one x row (`x`: x_stride floats, a multiple of 32), as
+/// the u32 words appended after it: per 32-element block, 3 planes of 8 words, then a
+/// header of 4 words. With d = max |x| / 127 over the block and Q = round(x 65536 / d)
+/// (|Q| <= 127 * 65536), Q = 65536 q0 + 256 q1 + q2 with q1, q2 balanced bytes in
+/// [-128, 127] (so |q0| <= 127 and no clamp ever bites), and
+/// |x - d (q0 + q1 / 256 + q2 / 65536)| <= d / 2^17 (+ one f32 rounding of d).
+/// Plane word 2k holds elements 8k, 8k + 2, 8k + 4, 8k + 6 (byte j = 8k + 2j) and word
+/// 2k + 1 the odd ones, as a 4-bit row's nibble bytes `w & 0x0F0F0F0F` and
+/// `(w >> 4) & 0x0F0F0F0F` of word k hold them. Header: the bits of d / 256, then for
+/// each plane [`INT8_X_BIAS`] - 8 sum q_k (the offset-binary weights' `- 8` term, on the
+/// bits of 1.5 2^23, so the kernel's integer sums are f32 bits without a conversion). A block
+/// with a non-finite value, or whose largest |x| is below 1e-30 but not 0, gets a NaN
+/// for d / 256 and zero planes, and so does a block dominated by one outlier
+/// ([`INT8_X_OUTLIER`]): the kernel then reads that block's floats instead.
+pub fn pack_int8_activations(x: &[f32]) -> Vec<u32> {
+    let blocks = x.len() / 32;
+    let mut out = Vec::with_capacity(blocks * INT8_X_VEC4S_PER_BLOCK * 4);
+    for blk in x.chunks_exact(32) {
+        let finite = blk.iter().all(|v| v.is_finite());
+        let max = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let rest = blk.iter().map(|v| f64::from(v.abs())).sum::<f64>() - f64::from(max);
+        let outlier = f64::from(max) > INT8_X_OUTLIER * rest / 31.0;
+        let mut words = [0u32; 28];
+        words[25..28].fill(INT8_X_BIAS);
+        if !finite || (max > 0.0 && (max < INT8_X_TINY || outlier)) {
+            words[24] = 0x7FC0_0000;
+        } else if max > 0.0 {
+            let d = max / 127.0;
+            let lim = 127 * 65536;
+            let mut sums = [0i32; 3];
+            for (e, &v) in blk.iter().enumerate() {
+                // |v / d| <= 127 up to d's rounding; the clamp only undoes that rounding.
+                let q = ((f64::from(v) / f64::from(d)) * 65536.0).round() as i32;
+                let q = q.clamp(-lim, lim);
+                let q2 = ((q + 128) & 255) - 128;
+                let q = (q - q2) >> 8;
+                let q1 = ((q + 128) & 255) - 128;
+                let q0 = (q - q1) >> 8;
+                let word = 2 * (e / 8) + (e % 2);
+                let byte = (e % 8) / 2;
+                for (k, qk) in [q0, q1, q2].into_iter().enumerate() {
+                    words[8 * k + word] |= u32::from(qk as i8 as u8) << (8 * byte);
+                    sums[k] += qk;
+                }
+            }
+            words[24] = (d / 256.0).to_bits();
+            for (w, sum) in words[25..28].iter_mut().zip(sums) {
+                *w = w.wrapping_sub((8 * sum) as u32);
+            }
+        }
+        out.extend_from_slice(&words);
+    }
+    out
 }
 
 /// Bytes a storage buffer holding `len` bytes is given: `len` rounded up to
@@ -447,6 +545,76 @@ mod tests {
         assert_eq!(&p.to_bytes()[..8], &[3, 0, 0, 0, 100, 0, 0, 0]);
         assert!(Params::new(Format::Mq4G256V2, 1, 300, 1).is_err());
         assert!(Params::new(Format::F32, 1 << 20, 1 << 20, 1).is_err());
+    }
+
+    #[test]
+    fn int8_activations_reconstruct_x_within_d_over_2_17() {
+        let mut x: Vec<f32> = (0..256)
+            .map(|k| ((k * 7919 % 1000) as f32 - 500.0) * 0.013)
+            .collect();
+        x[3] = 90.0; // a large value (not past INT8_X_OUTLIER) sets block 0's d
+        x[40] = -127.0 / 256.0; // exactly half a step in block 1
+        x[64..96].fill(0.0);
+        x[100] = f32::INFINITY;
+        x[128..160].fill(0.0);
+        x[140] = 1e-35; // a tiny block: d / 256 would not be a normal f32
+        x[200] = 1e4; // an outlier block (block 6)
+        let w = pack_int8_activations(&x);
+        assert_eq!(w.len(), 8 * 28);
+        for (b, blk) in x.chunks_exact(32).enumerate() {
+            let h = &w[28 * b + 24..28 * b + 28];
+            if b == 3 || b == 4 || b == 6 {
+                assert!(
+                    f32::from_bits(h[0]).is_nan(),
+                    "block {b} must take the f32 path"
+                );
+                continue;
+            }
+            let d = f64::from(f32::from_bits(h[0])) * 256.0;
+            let mut sums = [0i32; 3];
+            for (e, &v) in blk.iter().enumerate() {
+                let word = 2 * (e / 8) + (e % 2);
+                let byte = (e % 8) / 2;
+                let q: Vec<i32> = (0..3)
+                    .map(|k| i32::from((w[28 * b + 8 * k + word] >> (8 * byte)) as u8 as i8))
+                    .collect();
+                for (sum, qk) in sums.iter_mut().zip(&q) {
+                    *sum += qk;
+                }
+                let r = d * (f64::from(q[0]) + f64::from(q[1]) / 256.0 + f64::from(q[2]) / 65536.0);
+                assert!(
+                    (r - f64::from(v)).abs() <= d / 131072.0 * 1.001 + 1e-300,
+                    "block {b} elem {e}: {v} -> {r}"
+                );
+            }
+            for (k, sum) in sums.iter().enumerate() {
+                assert_eq!(
+                    INT8_X_BIAS.wrapping_sub(h[1 + k]) as i32,
+                    8 * sum,
+                    "block {b} plane {k}"
+                );
+            }
+        }
+        assert!(int8_activations(Format::Int4Row, 1));
+        assert!(!int8_activations(Format::Int4Row, 2));
+        assert!(!int8_activations(Format::Int8Row, 1));
+        assert!(int8_activations(Format::Int4G64, 1));
+        for f in INT8_X_FORMATS {
+            let k = kernel_for(f).unwrap();
+            let gs = k
+                .constants
+                .iter()
+                .find(|c| c.0 == "GS")
+                .map_or(32.0, |c| c.1);
+            assert!(
+                gs % 32.0 == 0.0,
+                "{f}: a 32-weight block must sit in one group"
+            );
+        }
+        assert!(
+            !int8_activations(Format::Int4G48, 1),
+            "GS 48 straddles blocks"
+        );
     }
 
     #[test]

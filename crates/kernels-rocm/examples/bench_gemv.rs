@@ -11,7 +11,9 @@
 //! waits for the previous one, as on one CUDA stream; host launch latency is not included).
 //! The dispatches rotate over weight copies totalling at least `--rotate-mb` (512 MB by
 //! default), so no cache holds the next dispatch's weights. Before timing, the first 128
-//! output rows of each (format, S) are checked against the f64 oracle.
+//! output rows of each (format, S) are checked against the f64 oracle. Where a kernel can
+//! take packed int8 activations (int4-row and int4-g* at S = 1, on a device with integer dot products),
+//! both paths are timed: "f32 x" (the float path) and then "i8 x" (`dot4I8Packed`, the default).
 //!
 //! Usage: bench_gemv [--quick] [--reps N] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N] [--warm-ms 1500]
@@ -146,6 +148,7 @@ fn spot_check(
 
 struct Row {
     format: Format,
+    path: &'static str,
     rows: usize,
     cols: usize,
     s: usize,
@@ -156,7 +159,7 @@ struct Row {
 
 fn main() {
     let opts = parse_args().unwrap_or_else(|e| fail(e));
-    let b = match VulkanBackend::new() {
+    let mut b = match VulkanBackend::new() {
         Ok(b) => b,
         Err(e) if e.is_unavailable() => {
             println!("skipped: {e}");
@@ -189,8 +192,8 @@ fn main() {
         "gemv: median of {} timestamped dispatches rotating over >= {} MB of weight copies\n",
         opts.reps, opts.rotate_mb
     );
-    println!("| format | shape | S | us | GB/s | % of copy | check (worst err, 128 rows) |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| format | x | shape | S | us | GB/s | % of copy | check (worst err, 128 rows) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut rng = Rng::new(0x5EED);
     let mut results = Vec::new();
     for &(rows, cols) in &opts.shapes {
@@ -208,33 +211,45 @@ fn main() {
             let refs: Vec<&DeviceTensor> = ws.iter().collect();
             for &s in &opts.batches {
                 let x = activations(&mut rng, s, cols);
-                let last = refs.last().copied().unwrap_or_else(|| fail("no copies"));
-                let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
-                let t_warm = std::time::Instant::now();
-                while t_warm.elapsed().as_millis() < u128::from(opts.warm_ms) {
-                    b.time_gemv(&refs, &x, s, opts.reps.max(100))
-                        .unwrap_or_else(|e| fail(e));
+                let paths: &[(bool, &'static str)] =
+                    if kernels_metal::kernels::int8_activations(format, s)
+                        && info.integer_dot_product
+                    {
+                        &[(false, "f32"), (true, "i8")]
+                    } else {
+                        &[(true, "f32")]
+                    };
+                for &(int8_x, path) in paths {
+                    b.set_int8_activations(int8_x);
+                    let last = refs.last().copied().unwrap_or_else(|| fail("no copies"));
+                    let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
+                    let t_warm = std::time::Instant::now();
+                    while t_warm.elapsed().as_millis() < u128::from(opts.warm_ms) {
+                        b.time_gemv(&refs, &x, s, opts.reps.max(100))
+                            .unwrap_or_else(|e| fail(e));
+                    }
+                    let secs = median(
+                        b.time_gemv(&refs, &x, s, opts.reps)
+                            .unwrap_or_else(|e| fail(e)),
+                    );
+                    let bytes = last.stored_bytes();
+                    let gbs = bytes as f64 / secs / 1e9;
+                    println!(
+                        "| {format} | {path} | {rows}x{cols} | {s} | {:.1} | {gbs:.1} | {:.1}% | {check:.1e} |",
+                        secs * 1e6,
+                        100.0 * gbs / copy
+                    );
+                    results.push(Row {
+                        format,
+                        path,
+                        rows,
+                        cols,
+                        s,
+                        secs,
+                        bytes,
+                        check,
+                    });
                 }
-                let secs = median(
-                    b.time_gemv(&refs, &x, s, opts.reps)
-                        .unwrap_or_else(|e| fail(e)),
-                );
-                let bytes = last.stored_bytes();
-                let gbs = bytes as f64 / secs / 1e9;
-                println!(
-                    "| {format} | {rows}x{cols} | {s} | {:.1} | {gbs:.1} | {:.1}% | {check:.1e} |",
-                    secs * 1e6,
-                    100.0 * gbs / copy
-                );
-                results.push(Row {
-                    format,
-                    rows,
-                    cols,
-                    s,
-                    secs,
-                    bytes,
-                    check,
-                });
             }
         }
     }
@@ -248,8 +263,9 @@ fn main() {
         for (k, r) in results.iter().enumerate() {
             let _ = writeln!(
                 j,
-                "    {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"us\": {}, \"bytes\": {}, \"gbs\": {}, \"check\": {}}}{}",
+                "    {{\"format\": \"{}\", \"x\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"us\": {}, \"bytes\": {}, \"gbs\": {}, \"check\": {}}}{}",
                 r.format,
+                r.path,
                 r.rows,
                 r.cols,
                 r.s,

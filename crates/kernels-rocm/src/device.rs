@@ -156,6 +156,10 @@ pub struct AdapterInfo {
     pub wave: Wave,
     /// Whether the kernels use their `.subgroup.wgsl` variants.
     pub use_subgroups: bool,
+    /// shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product, core in 1.3) is enabled:
+    /// gemv_int_row's `dot4I8Packed` compiles to OpSDot, and int4-row at S = 1 may take
+    /// packed int8 activations (kernels_metal::kernels::int8_activations).
+    pub integer_dot_product: bool,
     pub max_storage_buffer_range: u32,
     pub max_workgroup_count: [u32; 3],
     /// Nanoseconds per timestamp tick; `None` when the queue cannot time.
@@ -624,6 +628,17 @@ impl Context {
                 .supported_operations
                 .contains(vk::SubgroupFeatureFlags::ARITHMETIC | vk::SubgroupFeatureFlags::BASIC);
 
+        // Packed 4 x 8-bit integer dot products (OpSDot), where the device has them.
+        let dot_ext =
+            c.api() < (1, 3, 0) && c.has_extension(ash::khr::shader_integer_dot_product::NAME);
+        let mut dpf = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+        if c.api() >= (1, 3, 0) || dot_ext {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut dpf);
+            // SAFETY: as above.
+            unsafe { instance.get_physical_device_features2(c.physical, &mut f2) };
+        }
+        let integer_dot_product = dpf.shader_integer_dot_product == vk::TRUE;
+
         // The device, with size control enabled where present.
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
@@ -636,6 +651,9 @@ impl Context {
         if c.has_extension(ash::khr::portability_subset::NAME) {
             dev_exts.push(ash::khr::portability_subset::NAME.as_ptr());
         }
+        if dot_ext && integer_dot_product {
+            dev_exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
+        }
         let mut enable = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
             .subgroup_size_control(control)
             .compute_full_subgroups(full);
@@ -644,6 +662,11 @@ impl Context {
             .enabled_extension_names(&dev_exts);
         if size_control_ext {
             dci = dci.push_next(&mut enable);
+        }
+        let mut enable_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
+        if integer_dot_product {
+            dci = dci.push_next(&mut enable_dot);
         }
         // SAFETY: `dci` and everything it points to live through the call; the physical
         // device comes from this instance.
@@ -679,6 +702,7 @@ impl Context {
             full_subgroups: full,
             wave,
             use_subgroups: arithmetic && options.subgroups == SubgroupPolicy::Auto,
+            integer_dot_product,
             max_storage_buffer_range: limits.max_storage_buffer_range,
             max_workgroup_count: limits.max_compute_work_group_count,
             timestamp_period: (c.timestamp_bits > 0).then_some(limits.timestamp_period),

@@ -5,7 +5,9 @@
 //! the recorded commands: copy x to the device, fill y with [`POISON`] (so a kernel that
 //! misses an output cannot pass on the previous call's value), dispatch, copy y back. The
 //! activation is rotated on the host for rotated formats and laid out [S, x_stride], zero
-//! past I, as kernels_metal::kernels says.
+//! past I, as kernels_metal::kernels says; for the int4 kernels at S = 1 (where the device
+//! has integer dot products, unless `set_int8_activations(false)`) the packed int8 planes
+//! of `kernels::pack_int8_activations` follow, and `Params::reserved0` is 1.
 
 use crate::caps;
 use crate::device::{
@@ -27,7 +29,7 @@ use std::sync::Mutex;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Mutation {
     /// The shaders' `MUTATE` override (1 = swap nibbles, 2 = group off by one, 3 = scales
-    /// 1% high); build.rs compiles these modules for int4-g64 only.
+    /// 1% high); build.rs compiles these modules for int4-g64 and int4-row only.
     Decode(u32),
     /// The `row_bytes` push constant 16 bytes too large: every row but the first is read
     /// from the wrong place.
@@ -37,6 +39,10 @@ pub enum Mutation {
 /// The Vulkan tier: one device, its pipelines, and GEMV on uploaded tensors.
 pub struct VulkanBackend {
     ctx: Context,
+    /// Whether the int4 formats at S = 1 (`kernels::INT8_X_FORMATS`) take packed int8
+    /// activations where the device has integer dot products
+    /// ([`VulkanBackend::set_int8_activations`]).
+    int8_x: bool,
     #[cfg(feature = "mutation-test")]
     mutation: Option<Mutation>,
 }
@@ -52,7 +58,8 @@ pub struct DeviceTensor {
     scale_bytes: usize,
     weights: Buffer,
     scales: Buffer,
-    bindings: Mutex<HashMap<usize, Bindings>>,
+    /// Keyed by (S, packed int8 activations).
+    bindings: Mutex<HashMap<(usize, bool), Bindings>>,
 }
 
 impl DeviceTensor {
@@ -131,6 +138,11 @@ pub fn prepare_activations(
     Ok(out)
 }
 
+/// Bytes of the packed int8 activations appended to an x row of `x_stride` floats.
+fn int8_bytes(x_stride: u32) -> Option<u64> {
+    (u64::from(x_stride) / 32).checked_mul(16 * table::INT8_X_VEC4S_PER_BLOCK as u64)
+}
+
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|f| f.to_le_bytes()).collect()
 }
@@ -144,6 +156,7 @@ impl VulkanBackend {
     pub fn with_options(options: &Options) -> Result<VulkanBackend, VulkanError> {
         Ok(VulkanBackend {
             ctx: Context::new(options)?,
+            int8_x: true,
             #[cfg(feature = "mutation-test")]
             mutation: None,
         })
@@ -153,6 +166,7 @@ impl VulkanBackend {
     pub fn with_context(ctx: Context) -> VulkanBackend {
         VulkanBackend {
             ctx,
+            int8_x: true,
             #[cfg(feature = "mutation-test")]
             mutation: None,
         }
@@ -174,6 +188,18 @@ impl VulkanBackend {
 
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// Whether the int4 formats at S = 1 may take packed int8 activations (`dot4I8Packed`;
+    /// the default, where the device has integer dot products) or always the f32 path (the
+    /// bench times both).
+    pub fn set_int8_activations(&mut self, on: bool) {
+        self.int8_x = on;
+    }
+
+    /// Whether a GEMV of `format` at batch `s` takes packed int8 activations here.
+    pub fn uses_int8_activations(&self, format: Format, s: usize) -> bool {
+        self.int8_x && self.info().integer_dot_product && table::int8_activations(format, s)
     }
 
     pub fn info(&self) -> &AdapterInfo {
@@ -211,6 +237,16 @@ impl VulkanBackend {
         }
         let sg = self.info().use_subgroups;
         let m = spirv::module_for(format, sg, s, self.mutate_decode())?;
+        if m.needs_integer_dot_product() && !self.info().integer_dot_product {
+            return Err(VulkanError::NotImplemented {
+                format,
+                s,
+                why: format!(
+                    "{} uses OpSDot and the device lacks shaderIntegerDotProduct (Vulkan 1.3 or VK_KHR_shader_integer_dot_product)",
+                    m.name
+                ),
+            });
+        }
         let p = self
             .ctx
             .pipeline(m.name, m.bytes(), m.entry, table::WORKGROUP_SIZE)?;
@@ -288,10 +324,13 @@ impl VulkanBackend {
     }
 
     /// Makes the (tensor, S) bindings and records their commands.
-    fn bindings(&self, t: &DeviceTensor, s: usize) -> Result<Bindings, VulkanError> {
+    fn bindings(&self, t: &DeviceTensor, s: usize, int8_x: bool) -> Result<Bindings, VulkanError> {
         let format = t.format;
         let (pipeline, module) = self.kernel(format, s)?;
         let mut params = Params::new(format, t.rows, t.cols, s)?;
+        if int8_x {
+            params.reserved0 = 1;
+        }
         self.mutate_params(&mut params);
         let grid = table::kernel_for(format)
             .ok_or_else(|| VulkanError::NotImplemented {
@@ -318,6 +357,13 @@ impl VulkanBackend {
         let x_len = u64::from(params.x_stride)
             .checked_mul(s as u64)
             .and_then(|n| n.checked_mul(4))
+            .and_then(|n| {
+                n.checked_add(if int8_x {
+                    int8_bytes(params.x_stride)?
+                } else {
+                    0
+                })
+            })
             .ok_or_else(too_big)?;
         let y_len = (t.rows as u64)
             .checked_mul(s as u64)
@@ -408,10 +454,11 @@ impl VulkanBackend {
         s: usize,
         f: impl FnOnce(&Bindings) -> Result<R, VulkanError>,
     ) -> Result<R, VulkanError> {
+        let int8_x = self.uses_int8_activations(t.format, s);
         let mut map = lock(&t.bindings);
-        let b = match map.entry(s) {
+        let b = match map.entry((s, int8_x)) {
             Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(self.bindings(t, s)?),
+            Entry::Vacant(v) => v.insert(self.bindings(t, s, int8_x)?),
         };
         f(b)
     }
@@ -426,8 +473,14 @@ impl VulkanBackend {
             });
         }
         let xp = prepare_activations(t.format, t.cols, t.rotation_seed, x, s)?;
+        let mut bytes = f32_bytes(&xp);
+        if self.uses_int8_activations(t.format, s) {
+            for w in table::pack_int8_activations(&xp) {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+        }
         self.with_bindings(t, s, |b| {
-            b.x_host.write(&f32_bytes(&xp), b.x_len)?;
+            b.x_host.write(&bytes, b.x_len)?;
             b.cmds.run()?;
             let mut raw = vec![0u8; usize::try_from(b.y_len).unwrap_or(usize::MAX)];
             b.y_host.read(&mut raw)?;
@@ -468,8 +521,9 @@ impl VulkanBackend {
             guards.push(lock(&t.bindings));
         }
         let mut binds = Vec::with_capacity(tensors.len());
-        for g in &guards {
-            binds.push(g.get(&s).ok_or_else(|| VulkanError::Vk {
+        for (t, g) in tensors.iter().zip(&guards) {
+            let key = (s, self.uses_int8_activations(t.format, s));
+            binds.push(g.get(&key).ok_or_else(|| VulkanError::Vk {
                 during: "timing",
                 result: "bindings missing".into(),
             })?);

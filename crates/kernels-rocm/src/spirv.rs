@@ -39,12 +39,46 @@ pub fn modules() -> &'static [ModuleEntry] {
     generated::MODULES
 }
 
+/// SPIR-V `OpCapability DotProduct` (SPV_KHR_integer_dot_product, core in SPIR-V 1.6).
+pub const CAPABILITY_DOT_PRODUCT: u32 = 6019;
+/// SPIR-V `OpCapability DotProductInput4x8BitPacked`.
+pub const CAPABILITY_DOT_PRODUCT_4X8_PACKED: u32 = 6018;
+
 impl ModuleEntry {
     /// The SPIR-V bytes (empty for a module that failed to compile).
     pub fn bytes(&self) -> &'static [u8] {
         generated::BLOB
             .get(self.offset..self.offset.saturating_add(self.len))
             .unwrap_or(&[])
+    }
+
+    /// The `OpCapability` operands of the module (empty if it failed to compile).
+    pub fn capabilities(&self) -> Vec<u32> {
+        let b = self.bytes();
+        let word = |k: usize| {
+            b.get(4 * k..4 * k + 4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        };
+        let mut out = vec![];
+        // Instructions start after the 5-word header; capabilities come first.
+        let mut k = 5;
+        while let Some(w) = word(k) {
+            let (count, op) = ((w >> 16) as usize, w & 0xFFFF);
+            if op == 17
+                && let Some(c) = word(k + 1)
+            {
+                out.push(c);
+            }
+            k += count.max(1);
+        }
+        out
+    }
+
+    /// Whether the module runs `dot4I8Packed` as OpSDot (the device must have
+    /// shaderIntegerDotProduct enabled: the S = 1 int4 paths of gemv_int_row and
+    /// gemv_int_group).
+    pub fn needs_integer_dot_product(&self) -> bool {
+        self.capabilities().contains(&CAPABILITY_DOT_PRODUCT)
     }
 }
 
@@ -120,9 +154,11 @@ mod tests {
         out
     }
 
-    /// The modules need nothing the device is not asked for: Shader everywhere, and
+    /// The modules need nothing the device is not asked for: Shader everywhere,
     /// GroupNonUniform (+ Arithmetic) in the subgroup variants only (the backend uses
-    /// those only where the device reports subgroup arithmetic). A new capability (Int64,
+    /// those only where the device reports subgroup arithmetic), DotProduct (+ 4x8 packed)
+    /// in gemv_int_row and gemv_int_group only (used only where shaderIntegerDotProduct is
+    /// enabled). A new capability (Int64,
     /// Float16, 16-bit storage, ...) would need a device feature enabled first.
     #[test]
     fn modules_use_only_the_capabilities_the_device_is_checked_for() {
@@ -133,11 +169,18 @@ mod tests {
         for m in modules().iter().filter(|m| m.error.is_none()) {
             let words = crate::device::spirv_words(m.name, m.bytes()).unwrap();
             let caps = capabilities(&words);
+            assert_eq!(caps, m.capabilities(), "{}", m.name);
             let subgroup = m.file.ends_with(".subgroup.wgsl");
+            // OpSDot (packed int8 activations): gemv_int_row and gemv_int_group only; the
+            // backend runs those modules only where the device has shaderIntegerDotProduct.
+            let dot = m.file.starts_with("gemv_int_row") || m.file.starts_with("gemv_int_group");
             for c in &caps {
                 let ok = *c == SHADER
                     || (subgroup
-                        && (*c == GROUP_NON_UNIFORM || *c == GROUP_NON_UNIFORM_ARITHMETIC));
+                        && (*c == GROUP_NON_UNIFORM || *c == GROUP_NON_UNIFORM_ARITHMETIC))
+                    || (dot
+                        && (*c == super::CAPABILITY_DOT_PRODUCT
+                            || *c == super::CAPABILITY_DOT_PRODUCT_4X8_PACKED));
                 assert!(ok, "{}: capability {c}", m.name);
             }
             assert!(caps.contains(&SHADER), "{}", m.name);

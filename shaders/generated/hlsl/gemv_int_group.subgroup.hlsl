@@ -39,6 +39,16 @@ struct X8_ {
     float4 x7_;
 };
 
+struct XQ {
+    uint4 a0_;
+    uint4 b0_;
+    uint4 a1_;
+    uint4 b1_;
+    uint4 a2_;
+    uint4 b2_;
+    uint4 h;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -57,7 +67,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_3 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -313,6 +323,70 @@ float4 q4row(uint4 w_4, X8_ x)
     return (((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_));
 }
 
+XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4 arg5, uint4 arg6) {
+    XQ ret = (XQ)0;
+    ret.a0_ = arg0;
+    ret.b0_ = arg1;
+    ret.a1_ = arg2;
+    ret.b1_ = arg3;
+    ret.a2_ = arg4;
+    ret.b2_ = arg5;
+    ret.h = arg6;
+    return ret;
+}
+
+XQ xq(uint c_3)
+{
+    uint _e3 = p.x_stride;
+    uint k_5 = ((_e3 >> 2u) + (7u * c_3));
+    float4 _e11 = asfloat(xv.Load4(k_5*16));
+    float4 _e17 = asfloat(xv.Load4((k_5 + 1u)*16));
+    float4 _e23 = asfloat(xv.Load4((k_5 + 2u)*16));
+    float4 _e29 = asfloat(xv.Load4((k_5 + 3u)*16));
+    float4 _e35 = asfloat(xv.Load4((k_5 + 4u)*16));
+    float4 _e41 = asfloat(xv.Load4((k_5 + 5u)*16));
+    float4 _e47 = asfloat(xv.Load4((k_5 + 6u)*16));
+    const XQ xq_1 = ConstructXQ(asuint(_e11), asuint(_e17), asuint(_e23), asuint(_e29), asuint(_e35), asuint(_e41), asuint(_e47));
+    return xq_1;
+}
+
+float q4plane(uint4 lo, uint4 hi, uint4 a, uint4 b_3, uint h)
+{
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    uint _e22 = lo.z;
+    uint _e23 = b_3.x;
+    uint _e26 = hi.z;
+    uint _e27 = b_3.y;
+    uint _e30 = lo.w;
+    uint _e31 = b_3.z;
+    uint _e34 = hi.w;
+    uint _e35 = b_3.w;
+    int s_3 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
+    return (asfloat(s_3) - 12582912.0);
+}
+
+float q4i8_(uint4 w_5, XQ x_1)
+{
+    const uint _e3 = nib_order(w_5.x);
+    const uint _e5 = nib_order(w_5.y);
+    const uint _e7 = nib_order(w_5.z);
+    const uint _e9 = nib_order(w_5.w);
+    uint4 v_4 = uint4(_e3, _e5, _e7, _e9);
+    uint4 lo_1 = (v_4 & (252645135u).xxxx);
+    uint4 hi_1 = ((v_4 >> (4u).xxxx) & (252645135u).xxxx);
+    const float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    const float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    const float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -324,26 +398,26 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
 
 void partial(uint row0_, uint lid_1)
 {
-    uint c_3 = (uint)0;
+    uint c_4 = (uint)0;
     uint4 v_3[4] = (uint4[4])0;
     uint r_2 = (uint)0;
     uint r_3 = (uint)0;
-    uint h = (uint)0;
+    uint h_1 = (uint)0;
     bool local_2 = (bool)0;
     float d_2 = (float)0;
 
     uint rb_2 = p.row_bytes;
     uint nch = naga_div((rb_2 + 15u), 16u);
     uint ng = p.sc_row;
-    c_3 = lid_1;
+    c_4 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e139 = c_3;
-            c_3 = (_e139 + WG);
+            uint _e139 = c_4;
+            c_4 = (_e139 + WG);
         }
         loop_init_2 = false;
-        uint _e13 = c_3;
+        uint _e13 = c_4;
         if ((_e13 < nch)) {
         } else {
             break;
@@ -370,13 +444,13 @@ void partial(uint row0_, uint lid_1)
                     uint _e29 = p.o;
                     if (((row0_ + _e25) < _e29)) {
                         uint _e31 = r_2;
-                        uint _e34 = c_3;
+                        uint _e34 = c_4;
                         const uint4 _e38 = load16_((base_1 + (16u * _e34)), (base_1 + rb_2));
                         v_3[min(uint(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e43 = c_3;
+            uint _e43 = c_4;
             uint i0_ = (32u * _e43);
             r_3 = 0u;
             bool loop_init_4 = true;
@@ -396,27 +470,27 @@ void partial(uint row0_, uint lid_1)
                     uint row_1 = (row0_ + _e50);
                     uint _e54 = p.o;
                     if ((row_1 < _e54)) {
-                        h = 0u;
+                        h_1 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
                             if (!loop_init_5) {
-                                uint _e134 = h;
-                                h = (_e134 + 1u);
+                                uint _e134 = h_1;
+                                h_1 = (_e134 + 1u);
                             }
                             loop_init_5 = false;
-                            uint _e58 = h;
+                            uint _e58 = h_1;
                             if ((_e58 < 2u)) {
                             } else {
                                 break;
                             }
                             {
                                 uint _e61 = r_3;
-                                uint _e64 = h;
+                                uint _e64 = h_1;
                                 uint w0_ = v_3[min(uint(_e61), 3u)][min(uint((2u * _e64)), 3u)];
                                 uint _e68 = r_3;
-                                uint _e71 = h;
+                                uint _e71 = h_1;
                                 uint w1_ = v_3[min(uint(_e68), 3u)][min(uint(((2u * _e71) + 1u)), 3u)];
-                                uint _e78 = h;
+                                uint _e78 = h_1;
                                 uint i_2 = (i0_ + (16u * _e78));
                                 const uint4 _e81 = nibbles_lo(w0_);
                                 const float4 _e82 = u2f(_e81);
@@ -430,7 +504,7 @@ void partial(uint row0_, uint lid_1)
                                 const uint4 _e102 = nibbles_hi(w1_);
                                 const float4 _e103 = u2f(_e102);
                                 tdot((i_2 + 12u), (_e103 - (8.0).xxxx));
-                                uint _e107 = h;
+                                uint _e107 = h_1;
                                 if (!((_e107 == 1u))) {
                                     local_2 = false;
                                 } else {
@@ -465,67 +539,133 @@ bool fast1_()
     return true;
 }
 
-float4 partial1_(uint row0_1, uint lid_2)
+float4 partial1_i8_(uint4 rr, uint lid_2)
+{
+    float4 a_1 = (0.0).xxxx;
+    uint c_5 = (uint)0;
+
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div((rb_3 + 15u), 16u);
+    uint ng_1 = p.sc_row;
+    c_5 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e96 = c_5;
+            c_5 = (_e96 + WG);
+        }
+        loop_init_6 = false;
+        uint _e16 = c_5;
+        if ((_e16 < nch_1)) {
+        } else {
+            break;
+        }
+        {
+            uint _e18 = c_5;
+            const Rows4_ _e19 = rows4_(rr, _e18, rb_3);
+            uint _e21 = c_5;
+            const uint _e28 = group(min(naga_div((32u * _e21), GS), (ng_1 - 1u)), ng_1);
+            const float _e32 = scale_f32_(((rr.x * ng_1) + _e28));
+            const float _e33 = scaled(_e32);
+            const float _e37 = scale_f32_(((rr.y * ng_1) + _e28));
+            const float _e38 = scaled(_e37);
+            const float _e42 = scale_f32_(((rr.z * ng_1) + _e28));
+            const float _e43 = scaled(_e42);
+            const float _e47 = scale_f32_(((rr.w * ng_1) + _e28));
+            const float _e48 = scaled(_e47);
+            float4 sg = float4(_e33, _e38, _e43, _e48);
+            uint _e50 = c_5;
+            const XQ _e51 = xq(_e50);
+            if (((_e51.h.x & 2139095040u) != 2139095040u)) {
+                float dh = asfloat(_e51.h.x);
+                float4 _e61 = a_1;
+                const float _e64 = q4i8_(_e19.v0_, _e51);
+                const float _e66 = q4i8_(_e19.v1_, _e51);
+                const float _e68 = q4i8_(_e19.v2_, _e51);
+                const float _e70 = q4i8_(_e19.v3_, _e51);
+                a_1 = (_e61 + ((dh * sg) * float4(_e64, _e66, _e68, _e70)));
+            } else {
+                uint _e74 = c_5;
+                const X8_ _e75 = x8_(_e74);
+                float4 _e76 = a_1;
+                const float4 _e78 = q4row(_e19.v0_, _e75);
+                const float4 _e82 = q4row(_e19.v1_, _e75);
+                const float4 _e86 = q4row(_e19.v2_, _e75);
+                const float4 _e90 = q4row(_e19.v3_, _e75);
+                a_1 = (_e76 + (sg * float4(dot(_e78, NIB_POS), dot(_e82, NIB_POS), dot(_e86, NIB_POS), dot(_e90, NIB_POS))));
+            }
+        }
+    }
+    float4 _e99 = a_1;
+    return _e99;
+}
+
+float4 partial1_(uint row0_1, uint lid_3)
 {
     float4 p0_ = (0.0).xxxx;
     float4 p1_ = (0.0).xxxx;
     float4 p2_ = (0.0).xxxx;
     float4 p3_ = (0.0).xxxx;
-    uint c_4 = (uint)0;
+    uint c_6 = (uint)0;
 
-    uint rb_3 = p.row_bytes;
-    uint nch_1 = naga_div((rb_3 + 15u), 16u);
-    uint ng_1 = p.sc_row;
+    uint rb_4 = p.row_bytes;
+    uint nch_2 = naga_div((rb_4 + 15u), 16u);
+    uint ng_2 = p.sc_row;
     uint _e14 = p.o;
     uint last = (_e14 - 1u);
-    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
-    c_4 = lid_2;
-    bool loop_init_6 = true;
+    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint _e29 = p.reserved0_;
+    if ((_e29 == 1u)) {
+        const float4 _e32 = partial1_i8_(rr_1, lid_3);
+        return _e32;
+    }
+    c_6 = lid_3;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
-            uint _e95 = c_4;
-            c_4 = (_e95 + WG);
+        if (!loop_init_7) {
+            uint _e101 = c_6;
+            c_6 = (_e101 + WG);
         }
-        loop_init_6 = false;
-        uint _e40 = c_4;
-        if ((_e40 < nch_1)) {
+        loop_init_7 = false;
+        uint _e46 = c_6;
+        if ((_e46 < nch_2)) {
         } else {
             break;
         }
         {
-            uint _e42 = c_4;
-            const Rows4_ _e43 = rows4_(rr, _e42, rb_3);
-            uint _e45 = c_4;
-            const uint _e52 = group(min(naga_div((32u * _e45), GS), (ng_1 - 1u)), ng_1);
-            uint _e53 = c_4;
-            const X8_ _e54 = x8_(_e53);
-            float4 _e55 = p0_;
-            const float _e59 = scale_f32_(((rr.x * ng_1) + _e52));
-            const float _e60 = scaled(_e59);
-            const float4 _e62 = q4row(_e43.v0_, _e54);
-            p0_ = (_e55 + (_e60 * _e62));
-            float4 _e65 = p1_;
-            const float _e69 = scale_f32_(((rr.y * ng_1) + _e52));
-            const float _e70 = scaled(_e69);
-            const float4 _e72 = q4row(_e43.v1_, _e54);
-            p1_ = (_e65 + (_e70 * _e72));
-            float4 _e75 = p2_;
-            const float _e79 = scale_f32_(((rr.z * ng_1) + _e52));
-            const float _e80 = scaled(_e79);
-            const float4 _e82 = q4row(_e43.v2_, _e54);
-            p2_ = (_e75 + (_e80 * _e82));
-            float4 _e85 = p3_;
-            const float _e89 = scale_f32_(((rr.w * ng_1) + _e52));
-            const float _e90 = scaled(_e89);
-            const float4 _e92 = q4row(_e43.v3_, _e54);
-            p3_ = (_e85 + (_e90 * _e92));
+            uint _e48 = c_6;
+            const Rows4_ _e49 = rows4_(rr_1, _e48, rb_4);
+            uint _e51 = c_6;
+            const uint _e58 = group(min(naga_div((32u * _e51), GS), (ng_2 - 1u)), ng_2);
+            uint _e59 = c_6;
+            const X8_ _e60 = x8_(_e59);
+            float4 _e61 = p0_;
+            const float _e65 = scale_f32_(((rr_1.x * ng_2) + _e58));
+            const float _e66 = scaled(_e65);
+            const float4 _e68 = q4row(_e49.v0_, _e60);
+            p0_ = (_e61 + (_e66 * _e68));
+            float4 _e71 = p1_;
+            const float _e75 = scale_f32_(((rr_1.y * ng_2) + _e58));
+            const float _e76 = scaled(_e75);
+            const float4 _e78 = q4row(_e49.v1_, _e60);
+            p1_ = (_e71 + (_e76 * _e78));
+            float4 _e81 = p2_;
+            const float _e85 = scale_f32_(((rr_1.z * ng_2) + _e58));
+            const float _e86 = scaled(_e85);
+            const float4 _e88 = q4row(_e49.v2_, _e60);
+            p2_ = (_e81 + (_e86 * _e88));
+            float4 _e91 = p3_;
+            const float _e95 = scale_f32_(((rr_1.w * ng_2) + _e58));
+            const float _e96 = scaled(_e95);
+            const float4 _e98 = q4row(_e49.v3_, _e60);
+            p3_ = (_e91 + (_e96 * _e98));
         }
     }
-    float4 _e98 = p0_;
-    float4 _e101 = p1_;
-    float4 _e104 = p2_;
-    float4 _e107 = p3_;
-    return float4(dot(_e98, NIB_POS), dot(_e101, NIB_POS), dot(_e104, NIB_POS), dot(_e107, NIB_POS));
+    float4 _e104 = p0_;
+    float4 _e107 = p1_;
+    float4 _e110 = p2_;
+    float4 _e113 = p3_;
+    return float4(dot(_e104, NIB_POS), dot(_e107, NIB_POS), dot(_e110, NIB_POS), dot(_e113, NIB_POS));
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -541,9 +681,9 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_3;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
     uint k = 0u;
@@ -573,13 +713,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
             red[min(uint((96u + sgid)), 511u)] = _e32.w;
         }
     } else {
-        bool loop_init_7 = true;
+        bool loop_init_8 = true;
         while(true) {
-            if (!loop_init_7) {
+            if (!loop_init_8) {
                 uint _e71 = k;
                 k = (_e71 + 1u);
             }
-            loop_init_7 = false;
+            loop_init_8 = false;
             uint _e55 = k;
             if ((_e55 < 16u)) {
             } else {
@@ -595,13 +735,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
             }
         }
         partial(row0_2, lid);
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e91 = k_1;
                 k_1 = (_e91 + 1u);
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e75 = k_1;
             if ((_e75 < 4u)) {
             } else {
@@ -620,13 +760,13 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e110 = m;
                 m = (_e110 + 1u);
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e98 = m;
             if ((_e98 < nsg)) {
             } else {

@@ -39,6 +39,16 @@ struct X8_ {
     float4 x7_;
 };
 
+struct XQ {
+    uint4 a0_;
+    uint4 b0_;
+    uint4 a1_;
+    uint4 b1_;
+    uint4 a2_;
+    uint4 b2_;
+    uint4 h;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -304,10 +314,74 @@ float4 q4row(uint4 w_5, X8_ x)
     return (((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_));
 }
 
+XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4 arg5, uint4 arg6) {
+    XQ ret = (XQ)0;
+    ret.a0_ = arg0;
+    ret.b0_ = arg1;
+    ret.a1_ = arg2;
+    ret.b1_ = arg3;
+    ret.a2_ = arg4;
+    ret.b2_ = arg5;
+    ret.h = arg6;
+    return ret;
+}
+
+XQ xq(uint c_3)
+{
+    uint _e3 = p.x_stride;
+    uint k_6 = ((_e3 >> 2u) + (7u * c_3));
+    float4 _e11 = asfloat(xv.Load4(k_6*16));
+    float4 _e17 = asfloat(xv.Load4((k_6 + 1u)*16));
+    float4 _e23 = asfloat(xv.Load4((k_6 + 2u)*16));
+    float4 _e29 = asfloat(xv.Load4((k_6 + 3u)*16));
+    float4 _e35 = asfloat(xv.Load4((k_6 + 4u)*16));
+    float4 _e41 = asfloat(xv.Load4((k_6 + 5u)*16));
+    float4 _e47 = asfloat(xv.Load4((k_6 + 6u)*16));
+    const XQ xq_1 = ConstructXQ(asuint(_e11), asuint(_e17), asuint(_e23), asuint(_e29), asuint(_e35), asuint(_e41), asuint(_e47));
+    return xq_1;
+}
+
+float q4plane(uint4 lo, uint4 hi, uint4 a, uint4 b_3, uint h)
+{
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    uint _e22 = lo.z;
+    uint _e23 = b_3.x;
+    uint _e26 = hi.z;
+    uint _e27 = b_3.y;
+    uint _e30 = lo.w;
+    uint _e31 = b_3.z;
+    uint _e34 = hi.w;
+    uint _e35 = b_3.w;
+    int s_3 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
+    return (asfloat(s_3) - 12582912.0);
+}
+
+float q4i8_(uint4 w_6, XQ x_1)
+{
+    const uint _e3 = nib_order(w_6.x);
+    const uint _e5 = nib_order(w_6.y);
+    const uint _e7 = nib_order(w_6.z);
+    const uint _e9 = nib_order(w_6.w);
+    uint4 v_5 = uint4(_e3, _e5, _e7, _e9);
+    uint4 lo_1 = (v_5 & (252645135u).xxxx);
+    uint4 hi_1 = ((v_5 >> (4u).xxxx) & (252645135u).xxxx);
+    const float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    const float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    const float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
+}
+
 void int_chunk(uint r_2, uint i0_, uint4 v_3)
 {
     uint k_4 = 0u;
-    uint h = (uint)0;
+    uint h_1 = (uint)0;
 
     bool loop_init_2 = true;
     while(true) {
@@ -323,43 +397,43 @@ void int_chunk(uint r_2, uint i0_, uint4 v_3)
         }
         {
             uint _e8 = k_4;
-            uint w_8 = v_3[min(uint(_e8), 3u)];
+            uint w_9 = v_3[min(uint(_e8), 3u)];
             if (false) {
                 uint _e15 = k_4;
-                const uint4 _e20 = bytes_of((w_8 ^ 2155905152u));
+                const uint4 _e20 = bytes_of((w_9 ^ 2155905152u));
                 const float4 _e21 = u2f(_e20);
                 tdot((i0_ + (4u * _e15)), (_e21 - (128.0).xxxx));
             } else {
                 if (false) {
                     uint _e30 = k_4;
-                    const uint4 _e33 = nibbles_lo(w_8);
+                    const uint4 _e33 = nibbles_lo(w_9);
                     const float4 _e34 = u2f(_e33);
                     tdot((i0_ + (8u * _e30)), (_e34 - (8.0).xxxx));
                     uint _e39 = k_4;
-                    const uint4 _e44 = nibbles_hi(w_8);
+                    const uint4 _e44 = nibbles_hi(w_9);
                     const float4 _e45 = u2f(_e44);
                     tdot(((i0_ + (8u * _e39)) + 4u), (_e45 - (8.0).xxxx));
                 } else {
-                    h = 0u;
+                    h_1 = 0u;
                     bool loop_init_3 = true;
                     while(true) {
                         if (!loop_init_3) {
-                            uint _e81 = h;
-                            h = (_e81 + 1u);
+                            uint _e81 = h_1;
+                            h_1 = (_e81 + 1u);
                         }
                         loop_init_3 = false;
-                        uint _e51 = h;
+                        uint _e51 = h_1;
                         if ((_e51 < 4u)) {
                         } else {
                             break;
                         }
                         {
-                            uint _e55 = h;
-                            uint b_3 = (w_8 >> (8u * _e55));
-                            uint4 c_5 = (uint4(b_3, (b_3 >> 2u), (b_3 >> 4u), (b_3 >> 6u)) & (3u).xxxx);
+                            uint _e55 = h_1;
+                            uint b_4 = (w_9 >> (8u * _e55));
+                            uint4 c_7 = (uint4(b_4, (b_4 >> 2u), (b_4 >> 4u), (b_4 >> 6u)) & (3u).xxxx);
                             uint _e69 = k_4;
-                            uint _e73 = h;
-                            const float4 _e76 = u2f(c_5);
+                            uint _e73 = h_1;
+                            const float4 _e76 = u2f(c_7);
                             tdot(((i0_ + (16u * _e69)) + (4u * _e73)), (_e76 - (2.0).xxxx));
                         }
                     }
@@ -383,7 +457,7 @@ void partial(uint row0_, uint lid_1)
 {
     float d_2[4] = (float[4])0;
     uint r_3 = 0u;
-    uint c_3 = (uint)0;
+    uint c_4 = (uint)0;
     uint4 v_4[4] = (uint4[4])0;
     uint r_4 = (uint)0;
     uint r_5 = (uint)0;
@@ -414,15 +488,15 @@ void partial(uint row0_, uint lid_1)
             }
         }
     }
-    c_3 = lid_1;
+    c_4 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c_3;
-            c_3 = (_e88 + WG);
+            uint _e88 = c_4;
+            c_4 = (_e88 + WG);
         }
         loop_init_5 = false;
-        uint _e35 = c_3;
+        uint _e35 = c_4;
         if ((_e35 < nch)) {
         } else {
             break;
@@ -449,7 +523,7 @@ void partial(uint row0_, uint lid_1)
                     uint _e51 = p.o;
                     if (((row0_ + _e47) < _e51)) {
                         uint _e53 = r_4;
-                        uint _e56 = c_3;
+                        uint _e56 = c_4;
                         const uint4 _e60 = load16_((base_1 + (16u * _e56)), (base_1 + rb_2));
                         v_4[min(uint(_e53), 3u)] = _e60;
                     }
@@ -473,7 +547,7 @@ void partial(uint row0_, uint lid_1)
                     uint _e73 = p.o;
                     if (((row0_ + _e69) < _e73)) {
                         uint _e75 = r_5;
-                        uint _e76 = c_3;
+                        uint _e76 = c_4;
                         uint _e78 = r_5;
                         uint4 _e80 = v_4[min(uint(_e78), 3u)];
                         int_chunk(_e75, (_e76 * 64u), _e80);
@@ -494,106 +568,167 @@ bool fast1_()
     return false;
 }
 
-float4 i8v(uint w_6)
+float4 i8v(uint w_7)
 {
-    uint4 b_4 = ((((w_6 ^ 2155905152u)).xxxx >> uint4(0u, 8u, 16u, 24u)) & (255u).xxxx);
-    return (asfloat((b_4 | (1258291200u).xxxx)) - (8388736.0).xxxx);
+    uint4 b_5 = ((((w_7 ^ 2155905152u)).xxxx >> uint4(0u, 8u, 16u, 24u)) & (255u).xxxx);
+    return (asfloat((b_5 | (1258291200u).xxxx)) - (8388736.0).xxxx);
 }
 
-float4 i8dotx4_(uint4 w_7, float4 xk)
+float4 i8dotx4_(uint4 w_8, float4 xk)
 {
-    const float4 _e3 = i8v(w_7.x);
-    const float4 _e6 = i8v(w_7.y);
-    const float4 _e9 = i8v(w_7.z);
-    const float4 _e12 = i8v(w_7.w);
+    const float4 _e3 = i8v(w_8.x);
+    const float4 _e6 = i8v(w_8.y);
+    const float4 _e9 = i8v(w_8.z);
+    const float4 _e12 = i8v(w_8.w);
     return float4(dot(_e3, xk), dot(_e6, xk), dot(_e9, xk), dot(_e12, xk));
 }
 
-float4 partial1_(uint row0_1, uint lid_2)
+float4 partial1_i8_(uint4 rr, uint lid_2)
 {
-    float4 a = (0.0).xxxx;
-    float4 p0_ = (0.0).xxxx;
-    float4 p1_ = (0.0).xxxx;
-    float4 p2_ = (0.0).xxxx;
-    float4 p3_ = (0.0).xxxx;
-    uint c_4 = (uint)0;
+    float4 a_1 = (0.0).xxxx;
+    uint c_5 = (uint)0;
 
     uint rb_3 = p.row_bytes;
     uint nch_1 = naga_div((rb_3 + 15u), 16u);
-    uint _e11 = p.o;
-    uint last = (_e11 - 1u);
-    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
-    c_4 = lid_2;
+    c_5 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e135 = c_4;
-            c_4 = (_e135 + WG);
+            uint _e61 = c_5;
+            c_5 = (_e61 + WG);
         }
         loop_init_8 = false;
-        uint _e40 = c_4;
-        if ((_e40 < nch_1)) {
+        uint _e13 = c_5;
+        if ((_e13 < nch_1)) {
         } else {
             break;
         }
         {
-            uint _e42 = c_4;
-            const Rows4_ _e43 = rows4_(rr, _e42, rb_3);
-            if (false) {
-                uint _e49 = c_4;
-                uint xi_1 = (4u * _e49);
-                float4 _e51 = a;
-                float4 _e63 = asfloat(xv.Load4(xi_1*16));
-                const float4 _e64 = i8dotx4_(uint4(_e43.v0_.x, _e43.v1_.x, _e43.v2_.x, _e43.v3_.x), _e63);
-                a = (_e51 + _e64);
-                float4 _e66 = a;
-                float4 _e80 = asfloat(xv.Load4((xi_1 + 1u)*16));
-                const float4 _e81 = i8dotx4_(uint4(_e43.v0_.y, _e43.v1_.y, _e43.v2_.y, _e43.v3_.y), _e80);
-                a = (_e66 + _e81);
-                float4 _e83 = a;
-                float4 _e97 = asfloat(xv.Load4((xi_1 + 2u)*16));
-                const float4 _e98 = i8dotx4_(uint4(_e43.v0_.z, _e43.v1_.z, _e43.v2_.z, _e43.v3_.z), _e97);
-                a = (_e83 + _e98);
-                float4 _e100 = a;
-                float4 _e114 = asfloat(xv.Load4((xi_1 + 3u)*16));
-                const float4 _e115 = i8dotx4_(uint4(_e43.v0_.w, _e43.v1_.w, _e43.v2_.w, _e43.v3_.w), _e114);
-                a = (_e100 + _e115);
+            uint _e15 = c_5;
+            const Rows4_ _e16 = rows4_(rr, _e15, rb_3);
+            uint _e17 = c_5;
+            const XQ _e18 = xq(_e17);
+            if (((_e18.h.x & 2139095040u) != 2139095040u)) {
+                float dh = asfloat(_e18.h.x);
+                float4 _e28 = a_1;
+                const float _e30 = q4i8_(_e16.v0_, _e18);
+                const float _e32 = q4i8_(_e16.v1_, _e18);
+                const float _e34 = q4i8_(_e16.v2_, _e18);
+                const float _e36 = q4i8_(_e16.v3_, _e18);
+                a_1 = (_e28 + (dh * float4(_e30, _e32, _e34, _e36)));
             } else {
-                uint _e117 = c_4;
-                const X8_ _e118 = x8_(_e117);
-                float4 _e119 = p0_;
-                const float4 _e121 = q4row(_e43.v0_, _e118);
-                p0_ = (_e119 + _e121);
-                float4 _e123 = p1_;
-                const float4 _e125 = q4row(_e43.v1_, _e118);
-                p1_ = (_e123 + _e125);
-                float4 _e127 = p2_;
-                const float4 _e129 = q4row(_e43.v2_, _e118);
-                p2_ = (_e127 + _e129);
-                float4 _e131 = p3_;
-                const float4 _e133 = q4row(_e43.v3_, _e118);
-                p3_ = (_e131 + _e133);
+                uint _e40 = c_5;
+                const X8_ _e41 = x8_(_e40);
+                float4 _e42 = a_1;
+                const float4 _e44 = q4row(_e16.v0_, _e41);
+                const float4 _e48 = q4row(_e16.v1_, _e41);
+                const float4 _e52 = q4row(_e16.v2_, _e41);
+                const float4 _e56 = q4row(_e16.v3_, _e41);
+                a_1 = (_e42 + float4(dot(_e44, NIB_POS), dot(_e48, NIB_POS), dot(_e52, NIB_POS), dot(_e56, NIB_POS)));
+            }
+        }
+    }
+    float4 _e64 = a_1;
+    return _e64;
+}
+
+float4 partial1_(uint row0_1, uint lid_3)
+{
+    bool local_2 = (bool)0;
+    float4 a_2 = (0.0).xxxx;
+    float4 p0_ = (0.0).xxxx;
+    float4 p1_ = (0.0).xxxx;
+    float4 p2_ = (0.0).xxxx;
+    float4 p3_ = (0.0).xxxx;
+    uint c_6 = (uint)0;
+
+    uint rb_4 = p.row_bytes;
+    uint nch_2 = naga_div((rb_4 + 15u), 16u);
+    uint _e11 = p.o;
+    uint last = (_e11 - 1u);
+    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    const float _e25 = scale_f32_(rr_1.x);
+    const float _e26 = scaled(_e25);
+    const float _e28 = scale_f32_(rr_1.y);
+    const float _e29 = scaled(_e28);
+    const float _e31 = scale_f32_(rr_1.z);
+    const float _e32 = scaled(_e31);
+    const float _e34 = scale_f32_(rr_1.w);
+    const float _e35 = scaled(_e34);
+    float4 d_3 = float4(_e26, _e29, _e32, _e35);
+    if (false) {
+        uint _e45 = p.reserved0_;
+        local_2 = (_e45 == 1u);
+    } else {
+        local_2 = false;
+    }
+    bool _e49 = local_2;
+    if (_e49) {
+        const float4 _e50 = partial1_i8_(rr_1, lid_3);
+        return (_e50 * d_3);
+    }
+    c_6 = lid_3;
+    bool loop_init_9 = true;
+    while(true) {
+        if (!loop_init_9) {
+            uint _e163 = c_6;
+            c_6 = (_e163 + WG);
+        }
+        loop_init_9 = false;
+        uint _e68 = c_6;
+        if ((_e68 < nch_2)) {
+        } else {
+            break;
+        }
+        {
+            uint _e70 = c_6;
+            const Rows4_ _e71 = rows4_(rr_1, _e70, rb_4);
+            if (false) {
+                uint _e77 = c_6;
+                uint xi_1 = (4u * _e77);
+                float4 _e79 = a_2;
+                float4 _e91 = asfloat(xv.Load4(xi_1*16));
+                const float4 _e92 = i8dotx4_(uint4(_e71.v0_.x, _e71.v1_.x, _e71.v2_.x, _e71.v3_.x), _e91);
+                a_2 = (_e79 + _e92);
+                float4 _e94 = a_2;
+                float4 _e108 = asfloat(xv.Load4((xi_1 + 1u)*16));
+                const float4 _e109 = i8dotx4_(uint4(_e71.v0_.y, _e71.v1_.y, _e71.v2_.y, _e71.v3_.y), _e108);
+                a_2 = (_e94 + _e109);
+                float4 _e111 = a_2;
+                float4 _e125 = asfloat(xv.Load4((xi_1 + 2u)*16));
+                const float4 _e126 = i8dotx4_(uint4(_e71.v0_.z, _e71.v1_.z, _e71.v2_.z, _e71.v3_.z), _e125);
+                a_2 = (_e111 + _e126);
+                float4 _e128 = a_2;
+                float4 _e142 = asfloat(xv.Load4((xi_1 + 3u)*16));
+                const float4 _e143 = i8dotx4_(uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
+                a_2 = (_e128 + _e143);
+            } else {
+                uint _e145 = c_6;
+                const X8_ _e146 = x8_(_e145);
+                float4 _e147 = p0_;
+                const float4 _e149 = q4row(_e71.v0_, _e146);
+                p0_ = (_e147 + _e149);
+                float4 _e151 = p1_;
+                const float4 _e153 = q4row(_e71.v1_, _e146);
+                p1_ = (_e151 + _e153);
+                float4 _e155 = p2_;
+                const float4 _e157 = q4row(_e71.v2_, _e146);
+                p2_ = (_e155 + _e157);
+                float4 _e159 = p3_;
+                const float4 _e161 = q4row(_e71.v3_, _e146);
+                p3_ = (_e159 + _e161);
             }
         }
     }
     if (false) {
-        float4 _e142 = p0_;
-        float4 _e145 = p1_;
-        float4 _e148 = p2_;
-        float4 _e151 = p3_;
-        a = float4(dot(_e142, NIB_POS), dot(_e145, NIB_POS), dot(_e148, NIB_POS), dot(_e151, NIB_POS));
+        float4 _e170 = p0_;
+        float4 _e173 = p1_;
+        float4 _e176 = p2_;
+        float4 _e179 = p3_;
+        a_2 = float4(dot(_e170, NIB_POS), dot(_e173, NIB_POS), dot(_e176, NIB_POS), dot(_e179, NIB_POS));
     }
-    const float _e156 = scale_f32_(rr.x);
-    const float _e157 = scaled(_e156);
-    const float _e159 = scale_f32_(rr.y);
-    const float _e160 = scaled(_e159);
-    const float _e162 = scale_f32_(rr.z);
-    const float _e163 = scaled(_e162);
-    const float _e165 = scale_f32_(rr.w);
-    const float _e166 = scaled(_e165);
-    float4 d_3 = float4(_e157, _e160, _e163, _e166);
-    float4 _e168 = a;
-    return (_e168 * d_3);
+    float4 _e183 = a_2;
+    return (_e183 * d_3);
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -634,13 +769,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red[min(uint((256u + lid)), 2047u)] = _e28.z;
         red[min(uint((384u + lid)), 2047u)] = _e28.w;
     } else {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e65 = k;
                 k = (_e65 + 1u);
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e49 = k;
             if ((_e49 < 16u)) {
             } else {
@@ -656,13 +791,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             }
         }
         partial(row0_2, lid);
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e82 = k_1;
                 k_1 = (_e82 + 1u);
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e69 = k_1;
             if ((_e69 < 4u)) {
             } else {
@@ -679,13 +814,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     GroupMemoryBarrierWithGroupSync();
     uint kk = (lid >> 3u);
     if ((kk < 4u)) {
-        bool loop_init_11 = true;
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_11) {
+            if (!loop_init_12) {
                 uint _e109 = m;
                 m = (_e109 + 1u);
             }
-            loop_init_11 = false;
+            loop_init_12 = false;
             uint _e91 = m;
             if ((_e91 < 16u)) {
             } else {
@@ -704,13 +839,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     red[min(uint(lid), 2047u)] = _e113;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_12 = true;
+        bool loop_init_13 = true;
         while(true) {
-            if (!loop_init_12) {
+            if (!loop_init_13) {
                 uint _e132 = m_1;
                 m_1 = (_e132 + 1u);
             }
-            loop_init_12 = false;
+            loop_init_13 = false;
             uint _e119 = m_1;
             if ((_e119 < 8u)) {
             } else {

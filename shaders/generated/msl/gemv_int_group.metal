@@ -49,6 +49,15 @@ struct X8_ {
     metal::float4 x6_;
     metal::float4 x7_;
 };
+struct XQ {
+    metal::uint4 a0_;
+    metal::uint4 b0_;
+    metal::uint4 a1_;
+    metal::uint4 b1_;
+    metal::uint4 a2_;
+    metal::uint4 b2_;
+    metal::uint4 h;
+};
 struct type_10 {
     metal::uint4 inner[4];
 };
@@ -348,6 +357,84 @@ metal::float4 q4row(
     return ((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_);
 }
 
+XQ xq(
+    uint c_3,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint _e3 = p.x_stride;
+    uint k_5 = (_e3 >> 2u) + (7u * c_3);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_5), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_5 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_5 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_5 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_5 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_5 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_5 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
+}
+
+float q4plane(
+    metal::uint4 lo,
+    metal::uint4 hi,
+    metal::uint4 a,
+    metal::uint4 b_3,
+    uint h
+) {
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    packed_char4 reinterpreted_packed_char4_e6 = as_type<packed_char4>(_e6);
+    packed_char4 reinterpreted_packed_char4_e7 = as_type<packed_char4>(_e7);
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    packed_char4 reinterpreted_packed_char4_e10 = as_type<packed_char4>(_e10);
+    packed_char4 reinterpreted_packed_char4_e11 = as_type<packed_char4>(_e11);
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    packed_char4 reinterpreted_packed_char4_e14 = as_type<packed_char4>(_e14);
+    packed_char4 reinterpreted_packed_char4_e15 = as_type<packed_char4>(_e15);
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    packed_char4 reinterpreted_packed_char4_e18 = as_type<packed_char4>(_e18);
+    packed_char4 reinterpreted_packed_char4_e19 = as_type<packed_char4>(_e19);
+    uint _e22 = lo.z;
+    uint _e23 = b_3.x;
+    packed_char4 reinterpreted_packed_char4_e22 = as_type<packed_char4>(_e22);
+    packed_char4 reinterpreted_packed_char4_e23 = as_type<packed_char4>(_e23);
+    uint _e26 = hi.z;
+    uint _e27 = b_3.y;
+    packed_char4 reinterpreted_packed_char4_e26 = as_type<packed_char4>(_e26);
+    packed_char4 reinterpreted_packed_char4_e27 = as_type<packed_char4>(_e27);
+    uint _e30 = lo.w;
+    uint _e31 = b_3.z;
+    packed_char4 reinterpreted_packed_char4_e30 = as_type<packed_char4>(_e30);
+    packed_char4 reinterpreted_packed_char4_e31 = as_type<packed_char4>(_e31);
+    uint _e34 = hi.w;
+    uint _e35 = b_3.w;
+    packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
+    packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
+    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_3) - 12582912.0;
+}
+
+float q4i8_(
+    metal::uint4 w_5,
+    XQ x_1
+) {
+    uint _e3 = nib_order(w_5.x);
+    uint _e5 = nib_order(w_5.y);
+    uint _e7 = nib_order(w_5.z);
+    uint _e9 = nib_order(w_5.w);
+    metal::uint4 v_4 = metal::uint4(_e3, _e5, _e7, _e9);
+    metal::uint4 lo_1 = v_4 & metal::uint4(252645135u);
+    metal::uint4 hi_1 = (v_4 >> metal::uint4(4u)) & metal::uint4(252645135u);
+    float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -363,25 +450,25 @@ void partial(
     thread type_8& t,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint c_3 = {};
+    uint c_4 = {};
     type_10 v_3 = {};
     uint r_2 = {};
     uint r_3 = {};
-    uint h = {};
+    uint h_1 = {};
     bool local_2 = {};
     float d_2 = {};
     uint rb_2 = p.row_bytes;
     uint nch = naga_div(rb_2 + 15u, 16u);
     uint ng = p.sc_row;
-    c_3 = lid_1;
+    c_4 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e139 = c_3;
-            c_3 = _e139 + WG;
+            uint _e139 = c_4;
+            c_4 = _e139 + WG;
         }
         loop_init_2 = false;
-        uint _e13 = c_3;
+        uint _e13 = c_4;
         if (_e13 < nch) {
         } else {
             break;
@@ -408,13 +495,13 @@ void partial(
                     uint _e29 = p.o;
                     if ((row0_ + _e25) < _e29) {
                         uint _e31 = r_2;
-                        uint _e34 = c_3;
+                        uint _e34 = c_4;
                         metal::uint4 _e38 = load16_(base_1 + (16u * _e34), base_1 + rb_2, wq, _buffer_sizes);
                         v_3.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e43 = c_3;
+            uint _e43 = c_4;
             uint i0_ = 32u * _e43;
             r_3 = 0u;
             bool loop_init_4 = true;
@@ -434,27 +521,27 @@ void partial(
                     uint row_1 = row0_ + _e50;
                     uint _e54 = p.o;
                     if (row_1 < _e54) {
-                        h = 0u;
+                        h_1 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
                             if (!loop_init_5) {
-                                uint _e134 = h;
-                                h = _e134 + 1u;
+                                uint _e134 = h_1;
+                                h_1 = _e134 + 1u;
                             }
                             loop_init_5 = false;
-                            uint _e58 = h;
+                            uint _e58 = h_1;
                             if (_e58 < 2u) {
                             } else {
                                 break;
                             }
                             {
                                 uint _e61 = r_3;
-                                uint _e64 = h;
+                                uint _e64 = h_1;
                                 uint w0_ = v_3.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(2u * _e64), 3u)];
                                 uint _e68 = r_3;
-                                uint _e71 = h;
+                                uint _e71 = h_1;
                                 uint w1_ = v_3.inner[metal::min(unsigned(_e68), 3u)][metal::min(unsigned((2u * _e71) + 1u), 3u)];
-                                uint _e78 = h;
+                                uint _e78 = h_1;
                                 uint i_2 = i0_ + (16u * _e78);
                                 metal::uint4 _e81 = nibbles_lo(w0_);
                                 metal::float4 _e82 = u2f(_e81);
@@ -468,7 +555,7 @@ void partial(
                                 metal::uint4 _e102 = nibbles_hi(w1_);
                                 metal::float4 _e103 = u2f(_e102);
                                 tdot(i_2 + 12u, _e103 - metal::float4(8.0), xv, p, t, _buffer_sizes);
-                                uint _e107 = h;
+                                uint _e107 = h_1;
                                 if (!((_e107 == 1u))) {
                                     local_2 = false;
                                 } else {
@@ -503,9 +590,76 @@ bool fast1_(
     return true;
 }
 
+metal::float4 partial1_i8_(
+    metal::uint4 rr,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a_1 = metal::float4(0.0);
+    uint c_5 = {};
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div(rb_3 + 15u, 16u);
+    uint ng_1 = p.sc_row;
+    c_5 = lid_2;
+    bool loop_init_6 = true;
+    while(true) {
+        if (!loop_init_6) {
+            uint _e96 = c_5;
+            c_5 = _e96 + WG;
+        }
+        loop_init_6 = false;
+        uint _e16 = c_5;
+        if (_e16 < nch_1) {
+        } else {
+            break;
+        }
+        {
+            uint _e18 = c_5;
+            Rows4_ _e19 = rows4_(rr, _e18, rb_3, wq, _buffer_sizes);
+            uint _e21 = c_5;
+            uint _e28 = group(metal::min(naga_div(32u * _e21, GS), ng_1 - 1u), ng_1);
+            float _e32 = scale_f32_((rr.x * ng_1) + _e28, sc, _buffer_sizes);
+            float _e33 = scaled(_e32);
+            float _e37 = scale_f32_((rr.y * ng_1) + _e28, sc, _buffer_sizes);
+            float _e38 = scaled(_e37);
+            float _e42 = scale_f32_((rr.z * ng_1) + _e28, sc, _buffer_sizes);
+            float _e43 = scaled(_e42);
+            float _e47 = scale_f32_((rr.w * ng_1) + _e28, sc, _buffer_sizes);
+            float _e48 = scaled(_e47);
+            metal::float4 sg = metal::float4(_e33, _e38, _e43, _e48);
+            uint _e50 = c_5;
+            XQ _e51 = xq(_e50, xv, p, _buffer_sizes);
+            if ((_e51.h.x & 2139095040u) != 2139095040u) {
+                float dh = as_type<float>(_e51.h.x);
+                metal::float4 _e61 = a_1;
+                float _e64 = q4i8_(_e19.v0_, _e51);
+                float _e66 = q4i8_(_e19.v1_, _e51);
+                float _e68 = q4i8_(_e19.v2_, _e51);
+                float _e70 = q4i8_(_e19.v3_, _e51);
+                a_1 = _e61 + ((dh * sg) * metal::float4(_e64, _e66, _e68, _e70));
+            } else {
+                uint _e74 = c_5;
+                X8_ _e75 = x8_(_e74, xv, _buffer_sizes);
+                metal::float4 _e76 = a_1;
+                metal::float4 _e78 = q4row(_e19.v0_, _e75);
+                metal::float4 _e82 = q4row(_e19.v1_, _e75);
+                metal::float4 _e86 = q4row(_e19.v2_, _e75);
+                metal::float4 _e90 = q4row(_e19.v3_, _e75);
+                a_1 = _e76 + (sg * metal::float4(metal::dot(_e78, NIB_POS), metal::dot(_e82, NIB_POS), metal::dot(_e86, NIB_POS), metal::dot(_e90, NIB_POS)));
+            }
+        }
+    }
+    metal::float4 _e99 = a_1;
+    return _e99;
+}
+
 metal::float4 partial1_(
     uint row0_1,
-    uint lid_2,
+    uint lid_3,
     device type_2 const& wq,
     device type_3 const& sc,
     device type_6 const& xv,
@@ -516,60 +670,65 @@ metal::float4 partial1_(
     metal::float4 p1_ = metal::float4(0.0);
     metal::float4 p2_ = metal::float4(0.0);
     metal::float4 p3_ = metal::float4(0.0);
-    uint c_4 = {};
-    uint rb_3 = p.row_bytes;
-    uint nch_1 = naga_div(rb_3 + 15u, 16u);
-    uint ng_1 = p.sc_row;
+    uint c_6 = {};
+    uint rb_4 = p.row_bytes;
+    uint nch_2 = naga_div(rb_4 + 15u, 16u);
+    uint ng_2 = p.sc_row;
     uint _e14 = p.o;
     uint last = _e14 - 1u;
-    metal::uint4 rr = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
-    c_4 = lid_2;
-    bool loop_init_6 = true;
+    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint _e29 = p.reserved0_;
+    if (_e29 == 1u) {
+        metal::float4 _e32 = partial1_i8_(rr_1, lid_3, wq, sc, xv, p, _buffer_sizes);
+        return _e32;
+    }
+    c_6 = lid_3;
+    bool loop_init_7 = true;
     while(true) {
-        if (!loop_init_6) {
-            uint _e95 = c_4;
-            c_4 = _e95 + WG;
+        if (!loop_init_7) {
+            uint _e101 = c_6;
+            c_6 = _e101 + WG;
         }
-        loop_init_6 = false;
-        uint _e40 = c_4;
-        if (_e40 < nch_1) {
+        loop_init_7 = false;
+        uint _e46 = c_6;
+        if (_e46 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e42 = c_4;
-            Rows4_ _e43 = rows4_(rr, _e42, rb_3, wq, _buffer_sizes);
-            uint _e45 = c_4;
-            uint _e52 = group(metal::min(naga_div(32u * _e45, GS), ng_1 - 1u), ng_1);
-            uint _e53 = c_4;
-            X8_ _e54 = x8_(_e53, xv, _buffer_sizes);
-            metal::float4 _e55 = p0_;
-            float _e59 = scale_f32_((rr.x * ng_1) + _e52, sc, _buffer_sizes);
-            float _e60 = scaled(_e59);
-            metal::float4 _e62 = q4row(_e43.v0_, _e54);
-            p0_ = _e55 + (_e60 * _e62);
-            metal::float4 _e65 = p1_;
-            float _e69 = scale_f32_((rr.y * ng_1) + _e52, sc, _buffer_sizes);
-            float _e70 = scaled(_e69);
-            metal::float4 _e72 = q4row(_e43.v1_, _e54);
-            p1_ = _e65 + (_e70 * _e72);
-            metal::float4 _e75 = p2_;
-            float _e79 = scale_f32_((rr.z * ng_1) + _e52, sc, _buffer_sizes);
-            float _e80 = scaled(_e79);
-            metal::float4 _e82 = q4row(_e43.v2_, _e54);
-            p2_ = _e75 + (_e80 * _e82);
-            metal::float4 _e85 = p3_;
-            float _e89 = scale_f32_((rr.w * ng_1) + _e52, sc, _buffer_sizes);
-            float _e90 = scaled(_e89);
-            metal::float4 _e92 = q4row(_e43.v3_, _e54);
-            p3_ = _e85 + (_e90 * _e92);
+            uint _e48 = c_6;
+            Rows4_ _e49 = rows4_(rr_1, _e48, rb_4, wq, _buffer_sizes);
+            uint _e51 = c_6;
+            uint _e58 = group(metal::min(naga_div(32u * _e51, GS), ng_2 - 1u), ng_2);
+            uint _e59 = c_6;
+            X8_ _e60 = x8_(_e59, xv, _buffer_sizes);
+            metal::float4 _e61 = p0_;
+            float _e65 = scale_f32_((rr_1.x * ng_2) + _e58, sc, _buffer_sizes);
+            float _e66 = scaled(_e65);
+            metal::float4 _e68 = q4row(_e49.v0_, _e60);
+            p0_ = _e61 + (_e66 * _e68);
+            metal::float4 _e71 = p1_;
+            float _e75 = scale_f32_((rr_1.y * ng_2) + _e58, sc, _buffer_sizes);
+            float _e76 = scaled(_e75);
+            metal::float4 _e78 = q4row(_e49.v1_, _e60);
+            p1_ = _e71 + (_e76 * _e78);
+            metal::float4 _e81 = p2_;
+            float _e85 = scale_f32_((rr_1.z * ng_2) + _e58, sc, _buffer_sizes);
+            float _e86 = scaled(_e85);
+            metal::float4 _e88 = q4row(_e49.v2_, _e60);
+            p2_ = _e81 + (_e86 * _e88);
+            metal::float4 _e91 = p3_;
+            float _e95 = scale_f32_((rr_1.w * ng_2) + _e58, sc, _buffer_sizes);
+            float _e96 = scaled(_e95);
+            metal::float4 _e98 = q4row(_e49.v3_, _e60);
+            p3_ = _e91 + (_e96 * _e98);
         }
     }
-    metal::float4 _e98 = p0_;
-    metal::float4 _e101 = p1_;
-    metal::float4 _e104 = p2_;
-    metal::float4 _e107 = p3_;
-    return metal::float4(metal::dot(_e98, NIB_POS), metal::dot(_e101, NIB_POS), metal::dot(_e104, NIB_POS), metal::dot(_e107, NIB_POS));
+    metal::float4 _e104 = p0_;
+    metal::float4 _e107 = p1_;
+    metal::float4 _e110 = p2_;
+    metal::float4 _e113 = p3_;
+    return metal::float4(metal::dot(_e104, NIB_POS), metal::dot(_e107, NIB_POS), metal::dot(_e110, NIB_POS), metal::dot(_e113, NIB_POS));
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -623,13 +782,13 @@ struct main_Input {
         red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
         red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
     } else {
-        bool loop_init_7 = true;
+        bool loop_init_8 = true;
         while(true) {
-            if (!loop_init_7) {
+            if (!loop_init_8) {
                 uint _e65 = k;
                 k = _e65 + 1u;
             }
-            loop_init_7 = false;
+            loop_init_8 = false;
             uint _e49 = k;
             if (_e49 < 16u) {
             } else {
@@ -645,13 +804,13 @@ struct main_Input {
             }
         }
         partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e82 = k_1;
                 k_1 = _e82 + 1u;
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e69 = k_1;
             if (_e69 < 4u) {
             } else {
@@ -668,13 +827,13 @@ struct main_Input {
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     uint kk = lid >> 3u;
     if (kk < 4u) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e109 = m;
                 m = _e109 + 1u;
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e91 = m;
             if (_e91 < 16u) {
             } else {
@@ -693,13 +852,13 @@ struct main_Input {
     red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e132 = m_1;
                 m_1 = _e132 + 1u;
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e119 = m_1;
             if (_e119 < 8u) {
             } else {

@@ -49,6 +49,15 @@ struct X8_ {
     metal::float4 x6_;
     metal::float4 x7_;
 };
+struct XQ {
+    metal::uint4 a0_;
+    metal::uint4 b0_;
+    metal::uint4 a1_;
+    metal::uint4 b1_;
+    metal::uint4 a2_;
+    metal::uint4 b2_;
+    metal::uint4 h;
+};
 struct type_10 {
     float inner[4];
 };
@@ -347,6 +356,84 @@ metal::float4 q4row(
     return ((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_);
 }
 
+XQ xq(
+    uint c_3,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint _e3 = p.x_stride;
+    uint k_6 = (_e3 >> 2u) + (7u * c_3);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_6), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_6 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_6 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_6 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_6 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_6 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_6 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
+}
+
+float q4plane(
+    metal::uint4 lo,
+    metal::uint4 hi,
+    metal::uint4 a,
+    metal::uint4 b_3,
+    uint h
+) {
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    packed_char4 reinterpreted_packed_char4_e6 = as_type<packed_char4>(_e6);
+    packed_char4 reinterpreted_packed_char4_e7 = as_type<packed_char4>(_e7);
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    packed_char4 reinterpreted_packed_char4_e10 = as_type<packed_char4>(_e10);
+    packed_char4 reinterpreted_packed_char4_e11 = as_type<packed_char4>(_e11);
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    packed_char4 reinterpreted_packed_char4_e14 = as_type<packed_char4>(_e14);
+    packed_char4 reinterpreted_packed_char4_e15 = as_type<packed_char4>(_e15);
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    packed_char4 reinterpreted_packed_char4_e18 = as_type<packed_char4>(_e18);
+    packed_char4 reinterpreted_packed_char4_e19 = as_type<packed_char4>(_e19);
+    uint _e22 = lo.z;
+    uint _e23 = b_3.x;
+    packed_char4 reinterpreted_packed_char4_e22 = as_type<packed_char4>(_e22);
+    packed_char4 reinterpreted_packed_char4_e23 = as_type<packed_char4>(_e23);
+    uint _e26 = hi.z;
+    uint _e27 = b_3.y;
+    packed_char4 reinterpreted_packed_char4_e26 = as_type<packed_char4>(_e26);
+    packed_char4 reinterpreted_packed_char4_e27 = as_type<packed_char4>(_e27);
+    uint _e30 = lo.w;
+    uint _e31 = b_3.z;
+    packed_char4 reinterpreted_packed_char4_e30 = as_type<packed_char4>(_e30);
+    packed_char4 reinterpreted_packed_char4_e31 = as_type<packed_char4>(_e31);
+    uint _e34 = hi.w;
+    uint _e35 = b_3.w;
+    packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
+    packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
+    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_3) - 12582912.0;
+}
+
+float q4i8_(
+    metal::uint4 w_6,
+    XQ x_1
+) {
+    uint _e3 = nib_order(w_6.x);
+    uint _e5 = nib_order(w_6.y);
+    uint _e7 = nib_order(w_6.z);
+    uint _e9 = nib_order(w_6.w);
+    metal::uint4 v_5 = metal::uint4(_e3, _e5, _e7, _e9);
+    metal::uint4 lo_1 = v_5 & metal::uint4(252645135u);
+    metal::uint4 hi_1 = (v_5 >> metal::uint4(4u)) & metal::uint4(252645135u);
+    float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
+}
+
 void int_chunk(
     uint r_2,
     uint i0_,
@@ -357,7 +444,7 @@ void int_chunk(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint k_4 = 0u;
-    uint h = {};
+    uint h_1 = {};
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
@@ -372,43 +459,43 @@ void int_chunk(
         }
         {
             uint _e8 = k_4;
-            uint w_8 = v_3[metal::min(unsigned(_e8), 3u)];
+            uint w_9 = v_3[metal::min(unsigned(_e8), 3u)];
             if (false) {
                 uint _e15 = k_4;
-                metal::uint4 _e20 = bytes_of(w_8 ^ 2155905152u);
+                metal::uint4 _e20 = bytes_of(w_9 ^ 2155905152u);
                 metal::float4 _e21 = u2f(_e20);
                 tdot(i0_ + (4u * _e15), _e21 - metal::float4(128.0), xv, p, t, _buffer_sizes);
             } else {
                 if (false) {
                     uint _e30 = k_4;
-                    metal::uint4 _e33 = nibbles_lo(w_8);
+                    metal::uint4 _e33 = nibbles_lo(w_9);
                     metal::float4 _e34 = u2f(_e33);
                     tdot(i0_ + (8u * _e30), _e34 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                     uint _e39 = k_4;
-                    metal::uint4 _e44 = nibbles_hi(w_8);
+                    metal::uint4 _e44 = nibbles_hi(w_9);
                     metal::float4 _e45 = u2f(_e44);
                     tdot((i0_ + (8u * _e39)) + 4u, _e45 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                 } else {
-                    h = 0u;
+                    h_1 = 0u;
                     bool loop_init_3 = true;
                     while(true) {
                         if (!loop_init_3) {
-                            uint _e81 = h;
-                            h = _e81 + 1u;
+                            uint _e81 = h_1;
+                            h_1 = _e81 + 1u;
                         }
                         loop_init_3 = false;
-                        uint _e51 = h;
+                        uint _e51 = h_1;
                         if (_e51 < 4u) {
                         } else {
                             break;
                         }
                         {
-                            uint _e55 = h;
-                            uint b_3 = w_8 >> (8u * _e55);
-                            metal::uint4 c_5 = metal::uint4(b_3, b_3 >> 2u, b_3 >> 4u, b_3 >> 6u) & metal::uint4(3u);
+                            uint _e55 = h_1;
+                            uint b_4 = w_9 >> (8u * _e55);
+                            metal::uint4 c_7 = metal::uint4(b_4, b_4 >> 2u, b_4 >> 4u, b_4 >> 6u) & metal::uint4(3u);
                             uint _e69 = k_4;
-                            uint _e73 = h;
-                            metal::float4 _e76 = u2f(c_5);
+                            uint _e73 = h_1;
+                            metal::float4 _e76 = u2f(c_7);
                             tdot((i0_ + (16u * _e69)) + (4u * _e73), _e76 - metal::float4(2.0), xv, p, t, _buffer_sizes);
                         }
                     }
@@ -436,7 +523,7 @@ void partial(
 ) {
     type_10 d_2 = {};
     uint r_3 = 0u;
-    uint c_3 = {};
+    uint c_4 = {};
     type_11 v_4 = {};
     uint r_4 = {};
     uint r_5 = {};
@@ -466,15 +553,15 @@ void partial(
             }
         }
     }
-    c_3 = lid_1;
+    c_4 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c_3;
-            c_3 = _e88 + WG;
+            uint _e88 = c_4;
+            c_4 = _e88 + WG;
         }
         loop_init_5 = false;
-        uint _e35 = c_3;
+        uint _e35 = c_4;
         if (_e35 < nch) {
         } else {
             break;
@@ -501,7 +588,7 @@ void partial(
                     uint _e51 = p.o;
                     if ((row0_ + _e47) < _e51) {
                         uint _e53 = r_4;
-                        uint _e56 = c_3;
+                        uint _e56 = c_4;
                         metal::uint4 _e60 = load16_(base_1 + (16u * _e56), base_1 + rb_2, wq, _buffer_sizes);
                         v_4.inner[metal::min(unsigned(_e53), 3u)] = _e60;
                     }
@@ -525,7 +612,7 @@ void partial(
                     uint _e73 = p.o;
                     if ((row0_ + _e69) < _e73) {
                         uint _e75 = r_5;
-                        uint _e76 = c_3;
+                        uint _e76 = c_4;
                         uint _e78 = r_5;
                         metal::uint4 _e80 = v_4.inner[metal::min(unsigned(_e78), 3u)];
                         int_chunk(_e75, _e76 * 64u, _e80, xv, p, t, _buffer_sizes);
@@ -547,114 +634,180 @@ bool fast1_(
 }
 
 metal::float4 i8v(
-    uint w_6
+    uint w_7
 ) {
-    metal::uint4 b_4 = (metal::uint4(w_6 ^ 2155905152u) >> metal::uint4(0u, 8u, 16u, 24u)) & metal::uint4(255u);
-    return as_type<metal::float4>(b_4 | metal::uint4(1258291200u)) - metal::float4(8388736.0);
+    metal::uint4 b_5 = (metal::uint4(w_7 ^ 2155905152u) >> metal::uint4(0u, 8u, 16u, 24u)) & metal::uint4(255u);
+    return as_type<metal::float4>(b_5 | metal::uint4(1258291200u)) - metal::float4(8388736.0);
 }
 
 metal::float4 i8dotx4_(
-    metal::uint4 w_7,
+    metal::uint4 w_8,
     metal::float4 xk
 ) {
-    metal::float4 _e3 = i8v(w_7.x);
-    metal::float4 _e6 = i8v(w_7.y);
-    metal::float4 _e9 = i8v(w_7.z);
-    metal::float4 _e12 = i8v(w_7.w);
+    metal::float4 _e3 = i8v(w_8.x);
+    metal::float4 _e6 = i8v(w_8.y);
+    metal::float4 _e9 = i8v(w_8.z);
+    metal::float4 _e12 = i8v(w_8.w);
     return metal::float4(metal::dot(_e3, xk), metal::dot(_e6, xk), metal::dot(_e9, xk), metal::dot(_e12, xk));
+}
+
+metal::float4 partial1_i8_(
+    metal::uint4 rr,
+    uint lid_2,
+    device type_2 const& wq,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a_1 = metal::float4(0.0);
+    uint c_5 = {};
+    uint rb_3 = p.row_bytes;
+    uint nch_1 = naga_div(rb_3 + 15u, 16u);
+    c_5 = lid_2;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e61 = c_5;
+            c_5 = _e61 + WG;
+        }
+        loop_init_8 = false;
+        uint _e13 = c_5;
+        if (_e13 < nch_1) {
+        } else {
+            break;
+        }
+        {
+            uint _e15 = c_5;
+            Rows4_ _e16 = rows4_(rr, _e15, rb_3, wq, _buffer_sizes);
+            uint _e17 = c_5;
+            XQ _e18 = xq(_e17, xv, p, _buffer_sizes);
+            if ((_e18.h.x & 2139095040u) != 2139095040u) {
+                float dh = as_type<float>(_e18.h.x);
+                metal::float4 _e28 = a_1;
+                float _e30 = q4i8_(_e16.v0_, _e18);
+                float _e32 = q4i8_(_e16.v1_, _e18);
+                float _e34 = q4i8_(_e16.v2_, _e18);
+                float _e36 = q4i8_(_e16.v3_, _e18);
+                a_1 = _e28 + (dh * metal::float4(_e30, _e32, _e34, _e36));
+            } else {
+                uint _e40 = c_5;
+                X8_ _e41 = x8_(_e40, xv, _buffer_sizes);
+                metal::float4 _e42 = a_1;
+                metal::float4 _e44 = q4row(_e16.v0_, _e41);
+                metal::float4 _e48 = q4row(_e16.v1_, _e41);
+                metal::float4 _e52 = q4row(_e16.v2_, _e41);
+                metal::float4 _e56 = q4row(_e16.v3_, _e41);
+                a_1 = _e42 + metal::float4(metal::dot(_e44, NIB_POS), metal::dot(_e48, NIB_POS), metal::dot(_e52, NIB_POS), metal::dot(_e56, NIB_POS));
+            }
+        }
+    }
+    metal::float4 _e64 = a_1;
+    return _e64;
 }
 
 metal::float4 partial1_(
     uint row0_1,
-    uint lid_2,
+    uint lid_3,
     device type_2 const& wq,
     device type_3 const& sc,
     device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a = metal::float4(0.0);
+    bool local_2 = {};
+    metal::float4 a_2 = metal::float4(0.0);
     metal::float4 p0_ = metal::float4(0.0);
     metal::float4 p1_ = metal::float4(0.0);
     metal::float4 p2_ = metal::float4(0.0);
     metal::float4 p3_ = metal::float4(0.0);
-    uint c_4 = {};
-    uint rb_3 = p.row_bytes;
-    uint nch_1 = naga_div(rb_3 + 15u, 16u);
+    uint c_6 = {};
+    uint rb_4 = p.row_bytes;
+    uint nch_2 = naga_div(rb_4 + 15u, 16u);
     uint _e11 = p.o;
     uint last = _e11 - 1u;
-    metal::uint4 rr = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
-    c_4 = lid_2;
-    bool loop_init_8 = true;
+    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    float _e25 = scale_f32_(rr_1.x, sc, _buffer_sizes);
+    float _e26 = scaled(_e25);
+    float _e28 = scale_f32_(rr_1.y, sc, _buffer_sizes);
+    float _e29 = scaled(_e28);
+    float _e31 = scale_f32_(rr_1.z, sc, _buffer_sizes);
+    float _e32 = scaled(_e31);
+    float _e34 = scale_f32_(rr_1.w, sc, _buffer_sizes);
+    float _e35 = scaled(_e34);
+    metal::float4 d_3 = metal::float4(_e26, _e29, _e32, _e35);
+    if (false) {
+        uint _e45 = p.reserved0_;
+        local_2 = _e45 == 1u;
+    } else {
+        local_2 = false;
+    }
+    bool _e49 = local_2;
+    if (_e49) {
+        metal::float4 _e50 = partial1_i8_(rr_1, lid_3, wq, xv, p, _buffer_sizes);
+        return _e50 * d_3;
+    }
+    c_6 = lid_3;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_8) {
-            uint _e135 = c_4;
-            c_4 = _e135 + WG;
+        if (!loop_init_9) {
+            uint _e163 = c_6;
+            c_6 = _e163 + WG;
         }
-        loop_init_8 = false;
-        uint _e40 = c_4;
-        if (_e40 < nch_1) {
+        loop_init_9 = false;
+        uint _e68 = c_6;
+        if (_e68 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e42 = c_4;
-            Rows4_ _e43 = rows4_(rr, _e42, rb_3, wq, _buffer_sizes);
+            uint _e70 = c_6;
+            Rows4_ _e71 = rows4_(rr_1, _e70, rb_4, wq, _buffer_sizes);
             if (false) {
-                uint _e49 = c_4;
-                uint xi_1 = 4u * _e49;
-                metal::float4 _e51 = a;
-                metal::float4 _e63 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e64 = i8dotx4_(metal::uint4(_e43.v0_.x, _e43.v1_.x, _e43.v2_.x, _e43.v3_.x), _e63);
-                a = _e51 + _e64;
-                metal::float4 _e66 = a;
-                metal::float4 _e80 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e81 = i8dotx4_(metal::uint4(_e43.v0_.y, _e43.v1_.y, _e43.v2_.y, _e43.v3_.y), _e80);
-                a = _e66 + _e81;
-                metal::float4 _e83 = a;
-                metal::float4 _e97 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e98 = i8dotx4_(metal::uint4(_e43.v0_.z, _e43.v1_.z, _e43.v2_.z, _e43.v3_.z), _e97);
-                a = _e83 + _e98;
-                metal::float4 _e100 = a;
-                metal::float4 _e114 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e115 = i8dotx4_(metal::uint4(_e43.v0_.w, _e43.v1_.w, _e43.v2_.w, _e43.v3_.w), _e114);
-                a = _e100 + _e115;
+                uint _e77 = c_6;
+                uint xi_1 = 4u * _e77;
+                metal::float4 _e79 = a_2;
+                metal::float4 _e91 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e92 = i8dotx4_(metal::uint4(_e71.v0_.x, _e71.v1_.x, _e71.v2_.x, _e71.v3_.x), _e91);
+                a_2 = _e79 + _e92;
+                metal::float4 _e94 = a_2;
+                metal::float4 _e108 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e109 = i8dotx4_(metal::uint4(_e71.v0_.y, _e71.v1_.y, _e71.v2_.y, _e71.v3_.y), _e108);
+                a_2 = _e94 + _e109;
+                metal::float4 _e111 = a_2;
+                metal::float4 _e125 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e126 = i8dotx4_(metal::uint4(_e71.v0_.z, _e71.v1_.z, _e71.v2_.z, _e71.v3_.z), _e125);
+                a_2 = _e111 + _e126;
+                metal::float4 _e128 = a_2;
+                metal::float4 _e142 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e143 = i8dotx4_(metal::uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
+                a_2 = _e128 + _e143;
             } else {
-                uint _e117 = c_4;
-                X8_ _e118 = x8_(_e117, xv, _buffer_sizes);
-                metal::float4 _e119 = p0_;
-                metal::float4 _e121 = q4row(_e43.v0_, _e118);
-                p0_ = _e119 + _e121;
-                metal::float4 _e123 = p1_;
-                metal::float4 _e125 = q4row(_e43.v1_, _e118);
-                p1_ = _e123 + _e125;
-                metal::float4 _e127 = p2_;
-                metal::float4 _e129 = q4row(_e43.v2_, _e118);
-                p2_ = _e127 + _e129;
-                metal::float4 _e131 = p3_;
-                metal::float4 _e133 = q4row(_e43.v3_, _e118);
-                p3_ = _e131 + _e133;
+                uint _e145 = c_6;
+                X8_ _e146 = x8_(_e145, xv, _buffer_sizes);
+                metal::float4 _e147 = p0_;
+                metal::float4 _e149 = q4row(_e71.v0_, _e146);
+                p0_ = _e147 + _e149;
+                metal::float4 _e151 = p1_;
+                metal::float4 _e153 = q4row(_e71.v1_, _e146);
+                p1_ = _e151 + _e153;
+                metal::float4 _e155 = p2_;
+                metal::float4 _e157 = q4row(_e71.v2_, _e146);
+                p2_ = _e155 + _e157;
+                metal::float4 _e159 = p3_;
+                metal::float4 _e161 = q4row(_e71.v3_, _e146);
+                p3_ = _e159 + _e161;
             }
         }
     }
     if (false) {
-        metal::float4 _e142 = p0_;
-        metal::float4 _e145 = p1_;
-        metal::float4 _e148 = p2_;
-        metal::float4 _e151 = p3_;
-        a = metal::float4(metal::dot(_e142, NIB_POS), metal::dot(_e145, NIB_POS), metal::dot(_e148, NIB_POS), metal::dot(_e151, NIB_POS));
+        metal::float4 _e170 = p0_;
+        metal::float4 _e173 = p1_;
+        metal::float4 _e176 = p2_;
+        metal::float4 _e179 = p3_;
+        a_2 = metal::float4(metal::dot(_e170, NIB_POS), metal::dot(_e173, NIB_POS), metal::dot(_e176, NIB_POS), metal::dot(_e179, NIB_POS));
     }
-    float _e156 = scale_f32_(rr.x, sc, _buffer_sizes);
-    float _e157 = scaled(_e156);
-    float _e159 = scale_f32_(rr.y, sc, _buffer_sizes);
-    float _e160 = scaled(_e159);
-    float _e162 = scale_f32_(rr.z, sc, _buffer_sizes);
-    float _e163 = scaled(_e162);
-    float _e165 = scale_f32_(rr.w, sc, _buffer_sizes);
-    float _e166 = scaled(_e165);
-    metal::float4 d_3 = metal::float4(_e157, _e160, _e163, _e166);
-    metal::float4 _e168 = a;
-    return _e168 * d_3;
+    metal::float4 _e183 = a_2;
+    return _e183 * d_3;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -712,13 +865,13 @@ struct main_Input {
             red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
         }
     } else {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e71 = k;
                 k = _e71 + 1u;
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e55 = k;
             if (_e55 < 16u) {
             } else {
@@ -734,13 +887,13 @@ struct main_Input {
             }
         }
         partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e91 = k_1;
                 k_1 = _e91 + 1u;
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e75 = k_1;
             if (_e75 < 4u) {
             } else {
@@ -759,13 +912,13 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_11 = true;
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_11) {
+            if (!loop_init_12) {
                 uint _e110 = m;
                 m = _e110 + 1u;
             }
-            loop_init_11 = false;
+            loop_init_12 = false;
             uint _e98 = m;
             if (_e98 < nsg) {
             } else {

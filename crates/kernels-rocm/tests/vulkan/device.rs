@@ -249,3 +249,60 @@ fn an_fp8_nan_code_poisons_its_row() {
         }
     }
 }
+
+/// int4-row and int4-g64 at S = 1 on packed int8 activations (`dot4I8Packed`), against the oracle and
+/// the f32 path: a block with one outlier and a block of tiny values (both take the f32
+/// path inside the packed kernel), a large value that stays packed, rows not 16-byte aligned.
+#[test]
+fn int4_s1_packed_int8_activations_match_the_oracle() {
+    use quant_core::oracle::{reference_gemm, worst_error};
+    let Some(mut b) = backend() else { return };
+    let i = b.info().clone();
+    if i.is_lavapipe() {
+        assert!(
+            i.integer_dot_product,
+            "lavapipe (Vulkan 1.3) must run the packed path"
+        );
+    }
+    assert_eq!(
+        b.uses_int8_activations(Format::Int4Row, 1),
+        i.integer_dot_product
+    );
+    assert!(!b.uses_int8_activations(Format::Int4Row, 2));
+    assert!(!b.uses_int8_activations(Format::Int8Row, 1));
+    assert!(b.uses_int8_activations(Format::Int4G64, 1) == i.integer_dot_product);
+    for format in [Format::Int4Row, Format::Int4G64] {
+        let mut rng = Rng::new(21);
+        let (rows, cols) = (70, 320);
+        let t = encode(
+            format,
+            rows,
+            cols,
+            &weights(&mut rng, rows, cols),
+            &EncodeOptions::default(),
+        )
+        .unwrap();
+        let w = b.upload(&t.view()).unwrap();
+        let mut x = activations(&mut rng, 1, cols);
+        x[5] = 1.0e5; // block 0: one outlier, the f32 path (kernels::INT8_X_OUTLIER)
+        x[40] = 60.0; // block 1: large but packed
+        for v in &mut x[64..96] {
+            *v *= 1e-36;
+        }
+        let r = reference_gemm(&t.view(), &x, 1);
+        let packed = b.gemv(&w, &x, 1).unwrap();
+        b.set_int8_activations(false);
+        assert!(!b.uses_int8_activations(format, 1));
+        let float = b.gemv(&w, &x, 1).unwrap();
+        b.set_int8_activations(true);
+        let (ep, ef) = (
+            worst_error(&packed, &r).error,
+            worst_error(&float, &r).error,
+        );
+        eprintln!("{format} S=1: packed int8 x error {ep:.2e}, f32 x error {ef:.2e}");
+        assert!(
+            ep <= 1e-4 && ef <= 1e-4,
+            "{format}: packed {ep:e}, f32 {ef:e}"
+        );
+    }
+}
