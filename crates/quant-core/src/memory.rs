@@ -18,7 +18,10 @@
 //! skipped (small pages, the allocator's default) when `TESSERA_HUGE_PAGES=0` is set, on
 //! other systems, and when the kernel refuses it; the bytes are the same either way.
 //! Memory-mapped containers keep the page cache's pages: this applies to buffers tessera
-//! allocates (encoders' output and copies of tensors).
+//! allocates (encoders' output and copies of tensors). The cost: where the kernel's THP
+//! `defrag` setting is `madvise` (as on the development VM), a first touch inside the
+//! advised span may compact memory synchronously to find a huge page, so allocating a large
+//! tensor can stall on a fragmented machine; `TESSERA_HUGE_PAGES=0` avoids that.
 
 /// Buffers smaller than this stay in small pages (two huge pages: below that the aligned
 /// span is at most one, and the advice buys little).
