@@ -5,9 +5,12 @@
 //! boundary. Measured on the 2-core EPYC (2026-11-30 06:28 UTC, `xtask/candle-pair`, the same
 //! kernel timed call by call on both kinds of copy, int8-activation path), 4 KiB -> 2 MiB
 //! pages: q8_0 [14336 x 4096] 1847 -> 1772 us a call, q4_k 1012 -> 973 us, q6_k 1458 ->
-//! 1385 us; [4096 x 4096] q4_k 310 -> 302, q6_k 416 -> 394 (q8_0 544 -> 542). A few percent:
-//! this VM's memory bandwidth itself moves between 30 and 58 GB/s from one second to the
-//! next (read_bw.c, same minute), which is why the comparison has to be interleaved.
+//! 1385 us; [4096 x 4096] q4_k 310 -> 302, q6_k 416 -> 394 (q8_0 544 -> 542). In the three
+//! `cargo xtask bench --backend cpu` runs after it (06:32, 06:42, 07:35 UTC; nine GGUF cells
+//! each) the 4 KiB time over the huge-page time was 0.94-1.05 (median 1.02), 0.99-1.13
+//! (1.01) and 1.01-1.13 (1.04): a few percent, and not on every cell of every run. This
+//! VM's memory bandwidth itself moved between 30 and 58 GB/s in ten runs of read_bw.c
+//! within two minutes, which is why the comparison has to be interleaved.
 //!
 //! How: on Linux, a buffer of at least [`MIN_HUGE`] bytes is allocated as a plain `Vec` with
 //! its capacity reserved, the 2 MiB-aligned span inside it is advised `MADV_HUGEPAGE`

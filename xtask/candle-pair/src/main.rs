@@ -29,13 +29,16 @@ use quant_core::kernels::{KernelPath, gemm_with};
 use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
 use std::time::Instant;
 
+/// The GGUF block types both libraries have, as (tessera's format, candle's type): a table
+/// rather than a match, so no catch-all arm stands over the other formats.
+const TWINS: [(Format, GgmlDType); 3] = [
+    (Format::Q8_0, GgmlDType::Q8_0),
+    (Format::Q4K, GgmlDType::Q4K),
+    (Format::Q6K, GgmlDType::Q6K),
+];
+
 fn candle_type(format: Format) -> Option<GgmlDType> {
-    match format {
-        Format::Q8_0 => Some(GgmlDType::Q8_0),
-        Format::Q4K => Some(GgmlDType::Q4K),
-        Format::Q6K => Some(GgmlDType::Q6K),
-        _ => None,
-    }
+    TWINS.iter().find(|(f, _)| *f == format).map(|(_, t)| *t)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

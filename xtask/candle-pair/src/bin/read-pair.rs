@@ -3,7 +3,7 @@
 //! the same seconds.
 //!
 //! Why: `../shared/anchors/read_bw.c` and the criterion bench run minutes apart, and this
-//! VM's read bandwidth moves between about 30 and 58 GB/s from one second to the next
+//! VM's read bandwidth moved between 30 and 58 GB/s in ten runs within two minutes
 //! (docs/PERF.md), so a ratio of the two carries that drift. Here the read is read_bw.c's
 //! loop (four 512-bit accumulators over each thread's contiguous share, as its OpenMP
 //! static schedule splits the buffer), over buffers of exactly the tensor's stored bytes,

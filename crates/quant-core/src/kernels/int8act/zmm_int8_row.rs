@@ -2,8 +2,9 @@
 //! [`SimdLevel::Avx512Vnni`] on rows of at most [`ONE_ROW_MAX_COLS`] weights in place of the
 //! generic [`super::tessera`] body; every other level, S > 1 and longer rows go to that body
 //! (its four-row tiles: a 16384-column row's activation-side numbers, 34 KB, no longer fit
-//! L1 next to the stream, and one row at a time streamed [6144 x 16384] at 4481-4803 us a
-//! call against 2950-3614 for the exact kernel, 2026-11-30).
+//! L1 next to the stream: on [6144 x 16384] one row at a time ran at 42% of a same-seconds
+//! read of its bytes (`xtask/candle-pair` read-pair, 2026-11-30 06:32 UTC), the four-row
+//! tiles at 90% (06:42).
 //!
 //! The generic body spends, per 32 weights, a 256-bit load, the `|q|` / `x·sign(q)` pair,
 //! one `vpdpbusd`, a broadcast of the block's step, a conversion and an FMA. Here one
