@@ -32,7 +32,11 @@ fn rms_bound(f: Format) -> f64 {
         | Format::Int4G256 => 0.21,
         Format::Int4Row => 0.22,
         Format::Mxfp4 => 0.24,
-        Format::E8Lattice => 0.3,
+        // 2 bits a weight: a short row's RMS is a small sample. Worst rows measured
+        // (2026-11-30, 400 seeds x 5 rows each at 61, 64, 100, 128, 200, 320, 600 columns,
+        // N(0, 0.02)): 0.272 at 61 columns, 0.212 at 600; CI once drew 0.3017 on a
+        // 61-column row (seed 9836342786824544882), past the 0.3 this bound used to be.
+        Format::E8Lattice => 0.33,
         Format::Int3G64 => 0.36,
         Format::Int2Row => 0.9,
         // GGML's reference encoders (worst rows measured on 300 cases: q8_0 0.0093,
