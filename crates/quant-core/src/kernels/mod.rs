@@ -30,8 +30,8 @@ mod tests;
 mod vector;
 
 pub use int8act::{
-    ACT_BLOCK, KernelPath, gemm_with, gemm_with_at, has_int8_activations, int8_activation_bound,
-    int8_rounded_activations,
+    ACT_BLOCK, KernelPath, gemm_with, gemm_with_at, has_int8_activations, has_int8_activations_at,
+    int8_activation_bound, int8_rounded_activations,
 };
 pub use simd::SimdLevel;
 

@@ -63,6 +63,7 @@
 //! format [`gemm_with`] runs the exact kernel (which also meets the bound above) and
 //! returns [`KernelPath::Exact`] so the caller can tell.
 
+mod fp8_bf16;
 mod ggml;
 mod kzmm;
 mod tessera;
@@ -118,6 +119,9 @@ pub(crate) enum QLayout {
     /// nibbles of 32 packed bytes meet the first half and the high nibbles the second; 8
     /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk.
     Pairs,
+    /// Not int8 at all: each value rounded to bf16 ([`fp8_bf16`], whose docs show that the
+    /// int8 rounding bound still holds), stored per 64-chunk in [`fp8_bf16::order`].
+    Bf16,
 }
 
 /// Activations [S, I] rounded to int8 per 32-block, with the per-block numbers the
@@ -147,6 +151,8 @@ pub(crate) struct QActs {
     off8: Vec<i32>,
     /// [`QLayout::Pairs`]: sum of rounded activations of each 64-chunk.
     xs64: Vec<f32>,
+    /// [`QLayout::Bf16`]: the bf16 values, `padded` a row.
+    xb: Vec<u16>,
 }
 
 impl QActs {
@@ -154,6 +160,9 @@ impl QActs {
     /// Only the per-block numbers the layout's kernels read are filled in.
     pub(crate) fn new(layout: QLayout, x: &[f32], s: usize, cols: usize) -> QActs {
         let padded = cols.div_ceil(PAD).max(1) * PAD;
+        if layout == QLayout::Bf16 {
+            return QActs::bf16(x, s, cols, padded);
+        }
         let (nb, n16, n64) = (padded / 32, padded / 16, padded / 64);
         let natural = layout == QLayout::Natural;
         let per_row = |n: usize| if natural { s * n } else { 0 };
@@ -170,6 +179,7 @@ impl QActs {
             dl: vec![0.0; per_pair(n64 * 8)],
             off8: vec![0; per_pair(n64 * 8)],
             xs64: vec![0.0; per_pair(n64)],
+            xb: Vec::new(),
         };
         let mut qn = [0i8; 64];
         let mut xb = [0f32; 32];
@@ -237,6 +247,53 @@ impl QActs {
             }
         }
         a
+    }
+    /// [`QLayout::Bf16`]: each value's bf16 ([`fp8_bf16::bf16_of`]), a 32-block holding a
+    /// non-finite value all NaN (as the int8 rounding does), in the kernel's order.
+    fn bf16(x: &[f32], s: usize, cols: usize, padded: usize) -> QActs {
+        let mut xb = vec![0u16; s * padded];
+        let mut natural = [0u16; 64];
+        for (row, dst) in x.chunks_exact(cols).zip(xb.chunks_exact_mut(padded)) {
+            for (c, chunk) in row.chunks(64).enumerate() {
+                natural.fill(0);
+                for (b, block) in chunk.chunks(ACT_BLOCK).enumerate() {
+                    let finite = block.iter().all(|v| v.is_finite());
+                    let out = &mut natural[ACT_BLOCK * b..ACT_BLOCK * b + block.len()];
+                    for (o, &v) in out.iter_mut().zip(block) {
+                        *o = if finite {
+                            fp8_bf16::bf16_of(v)
+                        } else {
+                            fp8_bf16::BF16_NAN
+                        };
+                    }
+                }
+                // The kernel's order moves runs of 8 ([`fp8_bf16::order`]).
+                let d = &mut dst[64 * c..64 * c + 64];
+                for run in 0..8 {
+                    let at = fp8_bf16::order(8 * run);
+                    d[at..at + 8].copy_from_slice(&natural[8 * run..8 * run + 8]);
+                }
+            }
+        }
+        QActs {
+            s,
+            padded,
+            q: Vec::new(),
+            d: Vec::new(),
+            xs: Vec::new(),
+            d2: Vec::new(),
+            off8n: Vec::new(),
+            off32: Vec::new(),
+            dl: Vec::new(),
+            off8: Vec::new(),
+            xs64: Vec::new(),
+            xb,
+        }
+    }
+    /// [`QLayout::Bf16`]: row k's bf16 values (`padded` of them).
+    #[inline]
+    pub(crate) fn xb(&self, k: usize) -> &[u16] {
+        &self.xb[k * self.padded..(k + 1) * self.padded]
     }
     /// Row k's int8 values (as bytes).
     #[inline]
@@ -318,6 +375,12 @@ fn quantize_block(x: &[f32; 32], q: &mut [i8; 32]) -> (f32, [i32; 2]) {
 /// A format's int8-activation kernel.
 pub(crate) trait Int8Kernel: Sync {
     fn layout(&self) -> QLayout;
+    /// Whether the kernel runs at `level` (clamped to the hardware) on this CPU; where it
+    /// does not, [`gemm_with_at`] runs the exact kernel instead and says so.
+    fn runs_at(&self, level: SimdLevel) -> bool {
+        let _ = level;
+        true
+    }
     /// For r in 0..n and k in 0..S: `out[r * S + k] = Σ_i W[row0 + r, i] · x̂[k, i]`.
     fn dot_rows(
         &self,
@@ -352,14 +415,13 @@ pub(crate) fn int8_kernel_for(format: Format) -> Option<&'static dyn Int8Kernel>
         Format::Q4K | Format::Mq4K => Some(&kzmm::Q4_K),
         Format::Q5K => Some(&ggml::Q5_K),
         Format::Q6K => Some(&ggml::Q6_K),
+        Format::Fp8E4m3B128 | Format::Fp8E4m3B128Ue8m0 => Some(&fp8_bf16::FP8),
         Format::F32
         | Format::F16
         | Format::Bf16
         | Format::Int2Row
         | Format::Int3G64
         | Format::E8Lattice
-        | Format::Fp8E4m3B128
-        | Format::Fp8E4m3B128Ue8m0
         | Format::Mxfp4
         | Format::Q4_1
         | Format::Q5_0
@@ -372,10 +434,15 @@ pub(crate) fn int8_kernel_for(format: Format) -> Option<&'static dyn Int8Kernel>
     }
 }
 
-/// Whether `format` has an int8-activation kernel (otherwise
-/// [`KernelPath::Int8Activations`] runs the exact one).
+/// Whether `format` has an int8-activation kernel that runs on this CPU at its best level
+/// (otherwise [`KernelPath::Int8Activations`] runs the exact one).
 pub fn has_int8_activations(format: Format) -> bool {
-    int8_kernel_for(format).is_some()
+    has_int8_activations_at(format, SimdLevel::detect())
+}
+
+/// [`has_int8_activations`] at an explicit SIMD level (lowered to what the CPU supports).
+pub fn has_int8_activations_at(format: Format, level: SimdLevel) -> bool {
+    int8_kernel_for(format).is_some_and(|k| k.runs_at(level.clamp_to_hardware()))
 }
 
 /// y[S, O] = x[S, I] · Wᵀ on the chosen path (x in the logical domain). Returns the path
@@ -400,15 +467,15 @@ pub fn gemm_with_at(
     s: usize,
     y: &mut [f32],
 ) -> Result<KernelPath, QuantError> {
+    let level = level.clamp_to_hardware();
     let kernel = match (path, int8_kernel_for(t.format())) {
-        (KernelPath::Int8Activations, Some(k)) => k,
-        (KernelPath::Exact, _) | (KernelPath::Int8Activations, None) => {
+        (KernelPath::Int8Activations, Some(k)) if k.runs_at(level) => k,
+        (KernelPath::Exact, _) | (KernelPath::Int8Activations, _) => {
             super::gemm_at(level, t, x, s, y)?;
             return Ok(KernelPath::Exact);
         }
     };
     super::check_sizes(t, x, s, y)?;
-    let level = level.clamp_to_hardware();
     let acts = match t.format().spec().rotation {
         Rotation::None => QActs::new(kernel.layout(), x, s, t.cols()),
         Rotation::Fwht256 => {
@@ -441,12 +508,25 @@ pub fn gemm_with_at(
 
 /// The activations as the int8-activation path sees them: `x` ([s, cols], logical domain)
 /// rotated into the stored domain for rotated formats, then each 32-block rounded to its
-/// int8 step, `x̂_i = Δ_b · q_i`, in f64 (exact: the f32 step times a 7-bit integer).
-/// `Σ_i w_i x̂_i` is what the int8 kernels compute, up to f32 accumulation.
+/// int8 step, `x̂_i = Δ_b · q_i`, in f64 (exact: the f32 step times a 7-bit integer); for
+/// the formats whose kernel rounds to bf16 instead ([`QLayout::Bf16`]: fp8), each value's
+/// bf16. `Σ_i w_i x̂_i` is what the kernels compute, up to f32 accumulation.
 pub fn int8_rounded_activations(t: &QTensor<'_>, x: &[f32], s: usize) -> Vec<f64> {
     let cols = t.cols();
     let mut xr = x.to_vec();
     rotate_activations(t, &mut xr);
+    if int8_kernel_for(t.format()).is_some_and(|k| k.layout() == QLayout::Bf16) {
+        let acts = QActs::new(QLayout::Bf16, &xr, s, cols);
+        return (0..s)
+            .flat_map(|k| {
+                let xb = acts.xb(k);
+                (0..cols).map(move |i| {
+                    let v = xb[64 * (i / 64) + fp8_bf16::order(i % 64)];
+                    f64::from(f32::from_bits(u32::from(v) << 16))
+                })
+            })
+            .collect();
+    }
     let mut out = Vec::with_capacity(xr.len());
     let (mut xb, mut q) = ([0f32; 32], [0i8; 32]);
     for row in xr.chunks_exact(cols).take(s) {
