@@ -66,6 +66,7 @@
 mod fp8_bf16;
 mod ggml;
 mod kzmm;
+mod lines;
 mod tessera;
 #[cfg(test)]
 mod tests;
@@ -77,6 +78,7 @@ use crate::api::{decode_rows_stored_f64, rotate_activations};
 use crate::error::QuantError;
 use crate::registry::{Format, Rotation};
 use crate::tensor::QTensor;
+use lines::Lines;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
@@ -131,28 +133,28 @@ pub(crate) struct QActs {
     /// Values a row is padded to (a multiple of [`PAD`]).
     pub(crate) padded: usize,
     /// int8 values, `padded` a row, in the kernel's [`QLayout`].
-    q: Vec<i8>,
+    q: Lines<i8>,
     /// Step of each 32-block (`padded / 32` a row).
-    d: Vec<f32>,
+    d: Lines<f32>,
     /// `d_b · Σ q` of each 32-block: the block's sum of rounded activations.
-    xs: Vec<f32>,
+    xs: Lines<f32>,
     /// For each 128 values (four 32-blocks a..d): the steps `[a, b, c, d, a, b, c, d]`, the
     /// lane order of two levels of `vphaddd` over four 32-block dots (see `ggml`).
-    d2: Vec<f32>,
+    d2: Lines<f32>,
     /// [`QLayout::Natural`]: for each 32-block, `-8 · Σ q` of each dot lane's 4 values (the
     /// offset of q4_0's `u - 8` codes, folded into the integer sum).
-    off8n: Vec<i32>,
+    off8n: Lines<i32>,
     /// [`QLayout::Natural`]: the same with 32 (q6_k's `u - 32` codes).
-    off32: Vec<i32>,
+    off32: Lines<i32>,
     /// [`QLayout::Pairs`]: for each 64-chunk, the step of each dot lane's 8 values.
-    dl: Vec<f32>,
+    dl: Lines<f32>,
     /// [`QLayout::Pairs`]: for each 64-chunk, `-8 · Σ q` of each dot lane's 8 values (the
     /// offset of int4's `q - 8` codes, folded into the integer sum).
-    off8: Vec<i32>,
+    off8: Lines<i32>,
     /// [`QLayout::Pairs`]: sum of rounded activations of each 64-chunk.
-    xs64: Vec<f32>,
+    xs64: Lines<f32>,
     /// [`QLayout::Bf16`]: the bf16 values, `padded` a row.
-    xb: Vec<u16>,
+    xb: Lines<u16>,
 }
 
 impl QActs {
@@ -170,16 +172,16 @@ impl QActs {
         let mut a = QActs {
             s,
             padded,
-            q: vec![0; s * padded],
-            d: vec![0.0; per_row(nb)],
-            xs: vec![0.0; per_row(nb)],
-            d2: vec![0.0; per_row(n16)],
-            off8n: vec![0; per_row(nb * 8)],
-            off32: vec![0; per_row(nb * 8)],
-            dl: vec![0.0; per_pair(n64 * 8)],
-            off8: vec![0; per_pair(n64 * 8)],
-            xs64: vec![0.0; per_pair(n64)],
-            xb: Vec::new(),
+            q: Lines::zeroed(s * padded),
+            d: Lines::zeroed(per_row(nb)),
+            xs: Lines::zeroed(per_row(nb)),
+            d2: Lines::zeroed(per_row(n16)),
+            off8n: Lines::zeroed(per_row(nb * 8)),
+            off32: Lines::zeroed(per_row(nb * 8)),
+            dl: Lines::zeroed(per_pair(n64 * 8)),
+            off8: Lines::zeroed(per_pair(n64 * 8)),
+            xs64: Lines::zeroed(per_pair(n64)),
+            xb: Lines::zeroed(0),
         };
         let mut qn = [0i8; 64];
         let mut xb = [0f32; 32];
@@ -251,7 +253,7 @@ impl QActs {
     /// [`QLayout::Bf16`]: each value's bf16 ([`fp8_bf16::bf16_of`]), a 32-block holding a
     /// non-finite value all NaN (as the int8 rounding does), in the kernel's order.
     fn bf16(x: &[f32], s: usize, cols: usize, padded: usize) -> QActs {
-        let mut xb = vec![0u16; s * padded];
+        let mut xb = Lines::<u16>::zeroed(s * padded);
         let mut natural = [0u16; 64];
         for (row, dst) in x.chunks_exact(cols).zip(xb.chunks_exact_mut(padded)) {
             for (c, chunk) in row.chunks(64).enumerate() {
@@ -278,15 +280,15 @@ impl QActs {
         QActs {
             s,
             padded,
-            q: Vec::new(),
-            d: Vec::new(),
-            xs: Vec::new(),
-            d2: Vec::new(),
-            off8n: Vec::new(),
-            off32: Vec::new(),
-            dl: Vec::new(),
-            off8: Vec::new(),
-            xs64: Vec::new(),
+            q: Lines::zeroed(0),
+            d: Lines::zeroed(0),
+            xs: Lines::zeroed(0),
+            d2: Lines::zeroed(0),
+            off8n: Lines::zeroed(0),
+            off32: Lines::zeroed(0),
+            dl: Lines::zeroed(0),
+            off8: Lines::zeroed(0),
+            xs64: Lines::zeroed(0),
             xb,
         }
     }
