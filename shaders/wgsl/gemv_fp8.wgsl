@@ -54,7 +54,9 @@ fn partial(row0: u32, lid: u32) {
 }
 
 // ---- S = 1 (issue #5's speed case) -------------------------------------------------------
-// The tail takes `partial1` instead of `partial` at S = 1. Every invocation reads 16-byte
+// The tail takes `partial1` instead of `partial` at S = 1. Below: session 4's decode (by
+// shifts and a min, p.reserved1 == 1 only, kept for the benches' comparison); the default
+// is `partial1_h` further down. Every invocation reads 16-byte
 // chunk c of all ROWS rows (ROWS independent loads in flight), reads the chunk's
 // activations once for all of them, and keeps one partial per row in a vector component: no
 // function or private arrays anywhere. Rows past O (a partial last workgroup) re-read row
@@ -103,12 +105,75 @@ fn f8row(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32
         + dot(e4m3_signed(vc, fc), x2) + dot(e4m3_signed(vd, fd), x3);
 }
 
+// ---- S = 1 decode by binary16 (session 5; p.reserved1 == 1 selects the decode above) ----
+// ((b & 0x7F) << 7) | ((b & 0x80) << 8) is the binary16 of E4M3 byte b times 2^-8, exact
+// for every code (normals, subnormals -> binary16 subnormals, zero; checked on all 256
+// codes), and NaN (0x7F / 0xFF) reads as +-1.875: the NaN flag is kept on the bytes. One
+// word gives bytes 0 and 2 (lo) and 1 and 3 (hi) as two binary16 pairs, so 4 weights cost
+// a few logic ops and two unpack2x16float; the 2^8 is folded in once at the end.
+
+// Bytes (0, 2, 1, 3) of w times 2^-8, as f32.
+fn e4m3_h(w: u32) -> vec4<f32> {
+    let lo = ((w & 0x007F007Fu) << 7u) | ((w & 0x00800080u) << 8u);
+    let hi = ((w >> 1u) & 0x3F803F80u) | (w & 0x80008000u);
+    return vec4<f32>(unpack2x16float(lo), unpack2x16float(hi));
+}
+
+// One row's chunk w (16 E4M3 bytes) against x0..x3, times 2^-8; nan collects, in bit 7 of
+// each byte, (b & 0x7F) + 1 (bit 7 set only for a NaN code: no carry leaves the byte).
+fn f8row_h(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, nan: ptr<function, u32>) -> f32 {
+    *nan |= ((w.x & 0x7F7F7F7Fu) + 0x01010101u) | ((w.y & 0x7F7F7F7Fu) + 0x01010101u)
+        | ((w.z & 0x7F7F7F7Fu) + 0x01010101u) | ((w.w & 0x7F7F7F7Fu) + 0x01010101u);
+    return dot(e4m3_h(w.x), x0.xzyw) + dot(e4m3_h(w.y), x1.xzyw)
+        + dot(e4m3_h(w.z), x2.xzyw) + dot(e4m3_h(w.w), x3.xzyw);
+}
+
+fn partial1_h(rr: vec4<u32>, lid: u32) -> vec4<f32> {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    let tpr = p.sc_row;
+    let band = (rr.x / 128u) * tpr;
+    var a = vec4<f32>(0.0);
+    var n0 = 0u;
+    var n1 = 0u;
+    var n2 = 0u;
+    var n3 = 0u;
+    for (var c = lid; c < nch; c += WG) {
+        let v = rows4(rr, c, rb);
+        let tk = band + group((16u * c) / 128u, tpr);
+        var d: f32;
+        if (UE8M0 == 1u) {
+            d = ue8m0(scale_byte(tk));
+        } else {
+            d = scale_f32(tk);
+        }
+        let xi = 4u * c;
+        let x0 = xv[xi];
+        let x1 = xv[xi + 1u];
+        let x2 = xv[xi + 2u];
+        let x3 = xv[xi + 3u];
+        let f = vec4<f32>(
+            f8row_h(v.v0, x0, x1, x2, x3, &n0),
+            f8row_h(v.v1, x0, x1, x2, x3, &n1),
+            f8row_h(v.v2, x0, x1, x2, x3, &n2),
+            f8row_h(v.v3, x0, x1, x2, x3, &n3),
+        );
+        a += scaled(d) * f;
+    }
+    let nan = (vec4<u32>(n0, n1, n2, n3) & vec4<u32>(0x80808080u)) != vec4<u32>(0u);
+    let qnan = bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
+    return select(a * 256.0, vec4<f32>(qnan), nan);
+}
+
 fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let tpr = p.sc_row;
     let last = p.o - 1u;
     let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
+    if (p.reserved1 != 1u) {
+        return partial1_h(rr, lid);
+    }
     let band = (row0 / 128u) * tpr;
     var a = vec4<f32>(0.0);
     var m0 = vec4<f32>(0.0);

@@ -328,8 +328,8 @@ fn q4row(w: vec4<u32>, x: X8) -> vec4<f32> {
 }
 
 // ---- S = 1, int4 (offset binary), packed int8 activations ----------------------------------
-// Where p.reserved0 == 1 (gemv_int_row BITS 4 and gemv_int_group at S = 1 only: the host
-// appended them; kernels_metal::kernels::int8_activations).
+// Where p.reserved0 == 1 (gemv_int_row BITS 4, gemv_int_group and gemv_affine256 at S = 1
+// only: the host appended them; kernels_metal::kernels::int8_activations).
 // kernels_metal::kernels::pack_int8_activations: after x's x_stride floats, 7 vec4s for
 // each 32-weight block b (= 16-byte chunk b of a row): planes 0, 1, 2 (2 vec4s each) of
 // signed bytes q_k with x ~ d (q0 + q1 / 256 + q2 / 65536), then (d / 256, and for each

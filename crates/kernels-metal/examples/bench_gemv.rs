@@ -19,8 +19,8 @@
 //! default kernels' figures as xtask's perf record (`{"backend", "device", "date",
 //! "command", "ceiling": {"name", "gbps"}, "series": [{"label", "kind", "s", "points":
 //! [{"shape", "us", "gbps"}]}]}`, one series per format and S). Without an adapter it prints
-//! "skipped: ..." and exits 0. Where a kernel takes packed int8 activations (int4-row and
-//! int4-g* at S = 1), a second device with `Options::int8_activations` off times the f32 path too
+//! "skipped: ..." and exits 0. Where a kernel takes packed int8 activations (int4-row,
+//! int4-g* and the affine256 formats at S = 1), a second device with `Options::int8_activations` off times the f32 path too
 //! (reduction column "subgroup, f32 x").
 //!
 //! The copy ceiling: buffers of up to 1 GiB are copied both ways 3 times first (every page

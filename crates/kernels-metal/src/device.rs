@@ -274,6 +274,18 @@ impl WgpuBackend {
                 info.name
             )));
         }
+        // unpack2x16float (gemv_fp8's S = 1 decode, affine256's packed path): every Vulkan,
+        // Metal and DX12 device has it; wgpu grants it on llvmpipe only with shaderFloat16.
+        if !adapter
+            .get_downlevel_capabilities()
+            .flags
+            .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32)
+        {
+            return Err(unavailable(format!(
+                "adapter {} lacks SHADER_F16_IN_F32 (unpack2x16float)",
+                info.name
+            )));
+        }
         if (limits.max_immediate_size as usize) < std::mem::size_of::<Params>() {
             return Err(unavailable(format!(
                 "adapter {} offers {} bytes of immediates, the kernels need {}",
@@ -648,6 +660,7 @@ impl WgpuBackend {
             // `x` came from prepare_activations, which appended the packed planes.
             params.reserved0 = 1;
         }
+        params.reserved1 = kernels::fp8_decode_param();
         let pipeline = self.pipeline(&spec, s, rows)?;
         let grid = spec.dispatch(w.rows, rows)?;
         let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {

@@ -205,9 +205,10 @@ impl KernelSpec {
 
     /// The default rows a workgroup at batch `s`: at S = 1, [`MAX_ROWS`] for every family
     /// (the S = 1 paths of int_row, int_group, fp8 and affine256 read each activation
-    /// vector once for all the workgroup's rows); above S = 1, 1 for the families measured on
-    /// the H200 (int_row, int_group, fp8, affine256; docs/WGPU.md) and
-    /// [`rows_per_workgroup`] for the others (not yet measured).
+    /// vector once for all the workgroup's rows; 8 rows, tried in session 5, were slower on
+    /// the H200: docs/VULKAN.md); above S = 1, 1 for the families measured on the H200
+    /// (int_row, int_group, fp8, affine256; docs/WGPU.md) and [`rows_per_workgroup`] for the
+    /// others (not yet measured).
     pub fn rows(&self, s: usize) -> u32 {
         if s <= 1 {
             MAX_ROWS
@@ -272,7 +273,9 @@ pub struct Params {
     /// 1: packed int8 activations follow x ([`int8_activations`] kernels at S = 1 only);
     /// otherwise zero.
     pub reserved0: u32,
-    /// Reserved, zero.
+    /// 1: gemv_fp8's S = 1 path decodes E4M3 the session 4 way (shifts and a min; kept so
+    /// the benches can time it beside the default binary16 decode; [`fp8_decode_param`]);
+    /// every other kernel and S ignores it. Otherwise zero.
     pub reserved1: u32,
 }
 
@@ -327,6 +330,13 @@ impl Params {
     }
 }
 
+/// [`Params::reserved1`] as the hosts set it: 1 where `TESSERA_FP8_DECODE=shift` (gemv_fp8
+/// at S = 1 then takes session 4's E4M3 decode; the benches' comparison), else 0 (the
+/// binary16 decode).
+pub fn fp8_decode_param() -> u32 {
+    u32::from(std::env::var("TESSERA_FP8_DECODE").as_deref() == Ok("shift"))
+}
+
 /// Floats from one activation row to the next for I = `cols`: I rounded up to
 /// [`X_STRIDE_ALIGN`].
 pub fn x_stride(cols: usize) -> Option<usize> {
@@ -338,9 +348,11 @@ pub fn x_stride(cols: usize) -> Option<usize> {
 pub const INT8_X_VEC4S_PER_BLOCK: usize = 7;
 
 /// The formats whose S = 1 kernel can take packed int8 activations: int4-row
-/// (gemv_int_row) and the int4-g* formats whose group is a multiple of 32 (gemv_int_group's
-/// S = 1 path; one 32-weight block never straddles two groups).
-pub const INT8_X_FORMATS: [Format; 7] = [
+/// (gemv_int_row), the int4-g* formats whose group is a multiple of 32 (gemv_int_group's
+/// S = 1 path; one 32-weight block never straddles two groups) and the 136-byte affine
+/// formats (gemv_affine256: a 32-weight block lies in one half-block; s sum q x + z sum x,
+/// sum x from the header's plane sums).
+pub const INT8_X_FORMATS: [Format; 11] = [
     Format::Int4Row,
     Format::Int4G32,
     Format::Int4G64,
@@ -348,12 +360,16 @@ pub const INT8_X_FORMATS: [Format; 7] = [
     Format::Int4G128,
     Format::Int4G192,
     Format::Int4G256,
+    Format::Hfq4G256,
+    Format::Mq4G256,
+    Format::Mq4G256V2,
+    Format::Mq4cG256,
 ];
 
 /// Whether the kernel of `format` at batch `s` can take packed int8 activations
 /// ([`pack_int8_activations`], appended to x, with `Params::reserved0` = 1): the
-/// [`INT8_X_FORMATS`] at S = 1, where `partial1_i8` replaces 4 float operations a weight by
-/// one quarter of a packed 4 x 8-bit dot product per plane (`dot4I8Packed`).
+/// [`INT8_X_FORMATS`] at S = 1, where `partial1_i8` replaces 3-4 float operations a weight
+/// by one quarter of a packed 4 x 8-bit dot product per plane (`dot4I8Packed`).
 pub fn int8_activations(format: Format, s: usize) -> bool {
     s == 1 && INT8_X_FORMATS.contains(&format)
 }
@@ -516,6 +532,53 @@ pub fn kernel_for(format: Format) -> Option<KernelSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// gemv_fp8's S = 1 decode (WGSL `e4m3_h`), emulated word by word: bytes 0 and 2 (lo)
+    /// and 1 and 3 (hi) of a word become binary16 pairs that are exactly the E4M3 values
+    /// times 2^-8 for all 254 non-NaN codes (subnormals included), and the two NaN codes
+    /// read as +-1.875 (480 2^-8, which the kernel's byte flag catches instead).
+    #[test]
+    fn e4m3_as_binary16_pairs_is_exact_for_every_code() {
+        fn f16(h: u32) -> f64 {
+            let s = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+            let m = f64::from(h & 0x3FF);
+            match (h >> 10) & 31 {
+                0 => s * m * 2f64.powi(-24),
+                31 => f64::NAN,
+                e => s * (1.0 + m / 1024.0) * 2f64.powi(e as i32 - 15),
+            }
+        }
+        fn e4m3(b: u32) -> f64 {
+            let s = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+            let m = f64::from(b & 7);
+            match (b >> 3) & 15 {
+                0 => s * m * 2f64.powi(-9),
+                e => s * (1.0 + m / 8.0) * 2f64.powi(e as i32 - 7),
+            }
+        }
+        for b in 0u32..256 {
+            // b in every byte position, its neighbours other codes.
+            let w =
+                b | (((b + 37) & 255) << 8) | (((b + 101) & 255) << 16) | (((b + 200) & 255) << 24);
+            let lo = ((w & 0x007F_007F) << 7) | ((w & 0x0080_0080) << 8);
+            let hi = ((w >> 1) & 0x3F80_3F80) | (w & 0x8000_8000);
+            let halves = [lo & 0xFFFF, hi & 0xFFFF, lo >> 16, hi >> 16];
+            for (k, h) in halves.into_iter().enumerate() {
+                let code = (w >> (8 * k)) & 255;
+                let got = f16(h) * 256.0;
+                if code & 0x7F == 0x7F {
+                    assert_eq!(got.abs(), 480.0, "NaN code {code:#x}");
+                } else {
+                    let want = e4m3(code);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "code {code:#x}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_format_has_a_kernel_whose_files_exist() {

@@ -27,11 +27,14 @@ fn validate(file: &str, caps: Capabilities) -> Result<naga::Module, String> {
     Ok(module)
 }
 
+// unpack2x16float (gemv_fp8's S = 1 decode) needs SHADER_FLOAT16_IN_FLOAT32: no f16 type,
+// no SPIR-V capability; wgpu's downlevel SHADER_F16_IN_F32.
 fn caps_for(file: &str) -> Capabilities {
+    let base = Capabilities::IMMEDIATES | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if file.ends_with(".subgroup.wgsl") {
-        Capabilities::IMMEDIATES | Capabilities::SUBGROUP
+        base | Capabilities::SUBGROUP
     } else {
-        Capabilities::IMMEDIATES
+        base
     }
 }
 

@@ -32,14 +32,18 @@ pub fn is_subgroup_file(file: &str) -> bool {
     file.ends_with(".subgroup.wgsl")
 }
 
-/// What a file may use: immediates (push constants) everywhere, subgroups only in the
-/// `.subgroup.wgsl` variants. Every backend (Vulkan, Metal, DX12) is given exactly this, so
-/// a file that validates here needs nothing a backend lacks.
+/// What a file may use: immediates (push constants) and `unpack2x16float` (naga's
+/// SHADER_FLOAT16_IN_FLOAT32: no f16 type, no SPIR-V capability; wgpu's downlevel
+/// SHADER_F16_IN_F32, which its Vulkan, Metal and DX12 devices have, lavapipe where it
+/// offers shaderFloat16) everywhere, subgroups only in the `.subgroup.wgsl` variants. Every
+/// backend (Vulkan, Metal, DX12) is given exactly this, so a file that validates here needs
+/// nothing a backend lacks.
 pub fn capabilities(subgroup: bool) -> Capabilities {
+    let base = Capabilities::IMMEDIATES | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
-        Capabilities::IMMEDIATES | Capabilities::SUBGROUP
+        base | Capabilities::SUBGROUP
     } else {
-        Capabilities::IMMEDIATES
+        base
     }
 }
 

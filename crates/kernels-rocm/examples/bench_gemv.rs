@@ -12,8 +12,9 @@
 //! The dispatches rotate over weight copies totalling at least `--rotate-mb` (512 MB by
 //! default), so no cache holds the next dispatch's weights. Before timing, the first 128
 //! output rows of each (format, S) are checked against the f64 oracle. Where a kernel can
-//! take packed int8 activations (int4-row and int4-g* at S = 1, on a device with integer dot products),
-//! both paths are timed: "f32 x" (the float path) and then "i8 x" (`dot4I8Packed`, the default).
+//! take packed int8 activations (int4-row, int4-g* and the affine256 formats at S = 1, on a
+//! device with integer dot products), both paths are timed: "f32 x" (the float path) and
+//! then "i8 x" (`dot4I8Packed`, the default).
 //!
 //! Usage: bench_gemv [--quick] [--reps N] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--copy-mb N] [--rotate-mb N] [--warm-ms 1500]

@@ -39,8 +39,8 @@ pub enum Mutation {
 /// The Vulkan tier: one device, its pipelines, and GEMV on uploaded tensors.
 pub struct VulkanBackend {
     ctx: Context,
-    /// Whether the int4 formats at S = 1 (`kernels::INT8_X_FORMATS`) take packed int8
-    /// activations where the device has integer dot products
+    /// Whether the int4 and affine256 formats at S = 1 (`kernels::INT8_X_FORMATS`) take
+    /// packed int8 activations where the device has integer dot products
     /// ([`VulkanBackend::set_int8_activations`]).
     int8_x: bool,
     #[cfg(feature = "mutation-test")]
@@ -190,9 +190,9 @@ impl VulkanBackend {
         &self.ctx
     }
 
-    /// Whether the int4 formats at S = 1 may take packed int8 activations (`dot4I8Packed`;
-    /// the default, where the device has integer dot products) or always the f32 path (the
-    /// bench times both).
+    /// Whether the int4 and affine256 formats at S = 1 may take packed int8 activations
+    /// (`dot4I8Packed`; the default, where the device has integer dot products) or always
+    /// the f32 path (the bench times both).
     pub fn set_int8_activations(&mut self, on: bool) {
         self.int8_x = on;
     }
@@ -331,6 +331,7 @@ impl VulkanBackend {
         if int8_x {
             params.reserved0 = 1;
         }
+        params.reserved1 = table::fp8_decode_param();
         self.mutate_params(&mut params);
         let grid = table::kernel_for(format)
             .ok_or_else(|| VulkanError::NotImplemented {

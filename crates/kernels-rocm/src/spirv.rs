@@ -75,8 +75,8 @@ impl ModuleEntry {
     }
 
     /// Whether the module runs `dot4I8Packed` as OpSDot (the device must have
-    /// shaderIntegerDotProduct enabled: the S = 1 int4 paths of gemv_int_row and
-    /// gemv_int_group).
+    /// shaderIntegerDotProduct enabled: the S = 1 int4 paths of gemv_int_row,
+    /// gemv_int_group and gemv_affine256).
     pub fn needs_integer_dot_product(&self) -> bool {
         self.capabilities().contains(&CAPABILITY_DOT_PRODUCT)
     }
@@ -157,8 +157,8 @@ mod tests {
     /// The modules need nothing the device is not asked for: Shader everywhere,
     /// GroupNonUniform (+ Arithmetic) in the subgroup variants only (the backend uses
     /// those only where the device reports subgroup arithmetic), DotProduct (+ 4x8 packed)
-    /// in gemv_int_row and gemv_int_group only (used only where shaderIntegerDotProduct is
-    /// enabled). A new capability (Int64,
+    /// in gemv_int_row, gemv_int_group and gemv_affine256 only (used only where
+    /// shaderIntegerDotProduct is enabled). A new capability (Int64,
     /// Float16, 16-bit storage, ...) would need a device feature enabled first.
     #[test]
     fn modules_use_only_the_capabilities_the_device_is_checked_for() {
@@ -171,9 +171,12 @@ mod tests {
             let caps = capabilities(&words);
             assert_eq!(caps, m.capabilities(), "{}", m.name);
             let subgroup = m.file.ends_with(".subgroup.wgsl");
-            // OpSDot (packed int8 activations): gemv_int_row and gemv_int_group only; the
-            // backend runs those modules only where the device has shaderIntegerDotProduct.
-            let dot = m.file.starts_with("gemv_int_row") || m.file.starts_with("gemv_int_group");
+            // OpSDot (packed int8 activations): gemv_int_row, gemv_int_group and
+            // gemv_affine256 only; the backend runs those modules only where the device has
+            // shaderIntegerDotProduct.
+            let dot = m.file.starts_with("gemv_int_row")
+                || m.file.starts_with("gemv_int_group")
+                || m.file.starts_with("gemv_affine256");
             for c in &caps {
                 let ok = *c == SHADER
                     || (subgroup

@@ -21,6 +21,27 @@ struct Params {
     uint reserved1_;
 };
 
+struct X8_ {
+    float4 x0_;
+    float4 x1_;
+    float4 x2_;
+    float4 x3_;
+    float4 x4_;
+    float4 x5_;
+    float4 x6_;
+    float4 x7_;
+};
+
+struct XQ {
+    uint4 a0_;
+    uint4 b0_;
+    uint4 a1_;
+    uint4 b1_;
+    uint4 a2_;
+    uint4 b2_;
+    uint4 h;
+};
+
 struct Items4_ {
     uint4 v0_;
     uint4 v1_;
@@ -100,10 +121,10 @@ float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_2 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_2 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_2 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_2);
+    uint4 m_3 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_3 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_3 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_3);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e == (0u).xxxx) ? sub : ((e == (31u).xxxx) ? special : normal));
 }
@@ -190,6 +211,116 @@ float4 nib_in_place(uint w_4)
     return asfloat((((w_4).xxxx & uint4(15u, 240u, 3840u, 61440u)) | (1258291200u).xxxx));
 }
 
+X8_ ConstructX8_(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5, float4 arg6, float4 arg7) {
+    X8_ ret = (X8_)0;
+    ret.x0_ = arg0;
+    ret.x1_ = arg1;
+    ret.x2_ = arg2;
+    ret.x3_ = arg3;
+    ret.x4_ = arg4;
+    ret.x5_ = arg5;
+    ret.x6_ = arg6;
+    ret.x7_ = arg7;
+    return ret;
+}
+
+X8_ x8_(uint c)
+{
+    uint xi = (8u * c);
+    float4 _e5 = asfloat(xv.Load4(xi*16));
+    float4 _e10 = asfloat(xv.Load4((xi + 1u)*16));
+    float4 _e15 = asfloat(xv.Load4((xi + 2u)*16));
+    float4 _e20 = asfloat(xv.Load4((xi + 3u)*16));
+    float4 _e25 = asfloat(xv.Load4((xi + 4u)*16));
+    float4 _e30 = asfloat(xv.Load4((xi + 5u)*16));
+    float4 _e35 = asfloat(xv.Load4((xi + 6u)*16));
+    float4 _e40 = asfloat(xv.Load4((xi + 7u)*16));
+    const X8_ x8_1 = ConstructX8_(_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40);
+    return x8_1;
+}
+
+float4 q4row(uint4 w_5, X8_ x)
+{
+    float4 off = float4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    const uint _e8 = nib_order(w_5.x);
+    const uint _e10 = nib_order(w_5.y);
+    const uint _e12 = nib_order(w_5.z);
+    const uint _e14 = nib_order(w_5.w);
+    const float4 _e15 = nib_in_place(_e8);
+    const float4 _e21 = nib_in_place((_e8 >> 16u));
+    const float4 _e26 = nib_in_place(_e10);
+    const float4 _e33 = nib_in_place((_e10 >> 16u));
+    const float4 _e38 = nib_in_place(_e12);
+    const float4 _e45 = nib_in_place((_e12 >> 16u));
+    const float4 _e50 = nib_in_place(_e14);
+    const float4 _e57 = nib_in_place((_e14 >> 16u));
+    return (((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_));
+}
+
+XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4 arg5, uint4 arg6) {
+    XQ ret = (XQ)0;
+    ret.a0_ = arg0;
+    ret.b0_ = arg1;
+    ret.a1_ = arg2;
+    ret.b1_ = arg3;
+    ret.a2_ = arg4;
+    ret.b2_ = arg5;
+    ret.h = arg6;
+    return ret;
+}
+
+XQ xq(uint c_1)
+{
+    uint _e3 = p.x_stride;
+    uint k_4 = ((_e3 >> 2u) + (7u * c_1));
+    float4 _e11 = asfloat(xv.Load4(k_4*16));
+    float4 _e17 = asfloat(xv.Load4((k_4 + 1u)*16));
+    float4 _e23 = asfloat(xv.Load4((k_4 + 2u)*16));
+    float4 _e29 = asfloat(xv.Load4((k_4 + 3u)*16));
+    float4 _e35 = asfloat(xv.Load4((k_4 + 4u)*16));
+    float4 _e41 = asfloat(xv.Load4((k_4 + 5u)*16));
+    float4 _e47 = asfloat(xv.Load4((k_4 + 6u)*16));
+    const XQ xq_1 = ConstructXQ(asuint(_e11), asuint(_e17), asuint(_e23), asuint(_e29), asuint(_e35), asuint(_e41), asuint(_e47));
+    return xq_1;
+}
+
+float q4plane(uint4 lo, uint4 hi, uint4 a, uint4 b, uint h_1)
+{
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    uint _e22 = lo.z;
+    uint _e23 = b.x;
+    uint _e26 = hi.z;
+    uint _e27 = b.y;
+    uint _e30 = lo.w;
+    uint _e31 = b.z;
+    uint _e34 = hi.w;
+    uint _e35 = b.w;
+    int s_3 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h_1)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
+    return (asfloat(s_3) - 12582912.0);
+}
+
+float q4i8_(uint4 w_6, XQ x_1)
+{
+    const uint _e3 = nib_order(w_6.x);
+    const uint _e5 = nib_order(w_6.y);
+    const uint _e7 = nib_order(w_6.z);
+    const uint _e9 = nib_order(w_6.w);
+    uint4 v_3 = uint4(_e3, _e5, _e7, _e9);
+    uint4 lo_1 = (v_3 & (252645135u).xxxx);
+    uint4 hi_1 = ((v_3 >> (4u).xxxx) & (252645135u).xxxx);
+    const float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    const float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    const float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -212,14 +343,14 @@ void partial(uint row0_, uint lid_1)
 {
     uint j = (uint)0;
     uint4 v_2[4] = (uint4[4])0;
-    uint2 h_1[4] = (uint2[4])0;
+    uint2 h_2[4] = (uint2[4])0;
     uint r_1 = (uint)0;
     uint r_2 = (uint)0;
     uint k_3 = (uint)0;
     bool local_1 = (bool)0;
 
-    uint rb_3 = p.row_bytes;
-    uint nb = naga_div(rb_3, 136u);
+    uint rb_5 = p.row_bytes;
+    uint nb = naga_div(rb_5, 136u);
     j = lid_1;
     bool loop_init_2 = true;
     while(true) {
@@ -235,11 +366,11 @@ void partial(uint row0_, uint lid_1)
         }
         {
             uint _e12 = j;
-            uint b_3 = naga_div(_e12, 8u);
+            uint b_5 = naga_div(_e12, 8u);
             uint _e15 = j;
             uint pp_2 = naga_mod(_e15, 8u);
             v_2 = ZeroValuearray4_uint4_();
-            h_1 = ZeroValuearray4_uint2_();
+            h_2 = ZeroValuearray4_uint2_();
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -258,10 +389,10 @@ void partial(uint row0_, uint lid_1)
                     uint _e31 = p.o;
                     if (((row0_ + _e27) < _e31)) {
                         uint _e33 = r_1;
-                        uint bw = naga_div((((row0_ + _e33) * rb_3) + (136u * b_3)), 4u);
+                        uint bw = naga_div((((row0_ + _e33) * rb_5) + (136u * b_5)), 4u);
                         uint _e41 = r_1;
-                        const uint _e45 = group(b_3, nb);
-                        uint hw = naga_div((((row0_ + _e41) * rb_3) + (136u * _e45)), 4u);
+                        const uint _e45 = group(b_5, nb);
+                        uint hw = naga_div((((row0_ + _e41) * rb_5) + (136u * _e45)), 4u);
                         uint _e50 = r_1;
                         const uint _e55 = word(((bw + 2u) + pp_2));
                         const uint _e59 = word(((bw + 10u) + pp_2));
@@ -271,11 +402,11 @@ void partial(uint row0_, uint lid_1)
                         uint _e69 = r_1;
                         const uint _e71 = word(hw);
                         const uint _e74 = word((hw + 1u));
-                        h_1[min(uint(_e69), 3u)] = uint2(_e71, _e74);
+                        h_2[min(uint(_e69), 3u)] = uint2(_e71, _e74);
                     }
                 }
             }
-            uint i0_ = ((256u * b_3) + (8u * pp_2));
+            uint i0_ = ((256u * b_5) + (8u * pp_2));
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -309,13 +440,13 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_5 = v_2[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
+                                uint w_7 = v_2[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
                                 uint _e106 = k_3;
                                 uint i_2 = (i0_ + (64u * _e106));
-                                const uint4 _e109 = nibbles_lo(w_5);
+                                const uint4 _e109 = nibbles_lo(w_7);
                                 const float4 _e110 = u2f(_e109);
                                 tdot_sum(i_2, _e110);
-                                const uint4 _e113 = nibbles_hi(w_5);
+                                const uint4 _e113 = nibbles_hi(w_7);
                                 const float4 _e114 = u2f(_e113);
                                 tdot_sum((i_2 + 4u), _e114);
                                 if (false) {
@@ -327,7 +458,7 @@ void partial(uint row0_, uint lid_1)
                                 bool _e125 = local_1;
                                 if (_e125) {
                                     uint _e126 = r_2;
-                                    uint _e129 = h_1[min(uint(_e126), 3u)].x;
+                                    uint _e129 = h_2[min(uint(_e126), 3u)].x;
                                     const float2 _e130 = f16x2_(_e129);
                                     uint _e131 = r_2;
                                     const float _e133 = scaled(_e130.x);
@@ -338,22 +469,22 @@ void partial(uint row0_, uint lid_1)
                         if (true) {
                             uint _e142 = r_2;
                             uint _e143 = r_2;
-                            uint _e146 = h_1[min(uint(_e143), 3u)].x;
+                            uint _e146 = h_2[min(uint(_e143), 3u)].x;
                             const float _e148 = scaled(asfloat(_e146));
                             uint _e149 = r_2;
-                            uint _e152 = h_1[min(uint(_e149), 3u)].y;
+                            uint _e152 = h_2[min(uint(_e149), 3u)].y;
                             fold_affine(_e142, _e148, asfloat(_e152));
                         } else {
                             if (false) {
                                 uint _e158 = r_2;
-                                uint _e161 = h_1[min(uint(_e158), 3u)].y;
+                                uint _e161 = h_2[min(uint(_e158), 3u)].y;
                                 const float2 _e162 = f16x2_(_e161);
                                 uint _e163 = r_2;
                                 const float _e165 = scaled(_e162.x);
                                 fold_affine(_e163, _e165, _e162.y);
                             } else {
                                 uint _e167 = r_2;
-                                uint _e170 = h_1[min(uint(_e167), 3u)].x;
+                                uint _e170 = h_2[min(uint(_e167), 3u)].x;
                                 const float2 _e171 = f16x2_(_e170);
                                 uint _e172 = r_2;
                                 const float _e174 = scaled(_e171.x);
@@ -373,9 +504,9 @@ bool fast1_()
     return true;
 }
 
-uint4 item(uint row, uint rb, uint b, uint pp)
+uint4 item(uint row, uint rb, uint b_1, uint pp)
 {
-    uint bw_1 = naga_div(((row * rb) + (136u * b)), 4u);
+    uint bw_1 = naga_div(((row * rb) + (136u * b_1)), 4u);
     const uint _e13 = word(((bw_1 + 2u) + pp));
     const uint _e17 = word(((bw_1 + 10u) + pp));
     const uint _e21 = word(((bw_1 + 18u) + pp));
@@ -383,15 +514,15 @@ uint4 item(uint row, uint rb, uint b, uint pp)
     return uint4(_e13, _e17, _e21, _e25);
 }
 
-uint2 header(uint row_1, uint rb_1, uint b_1)
+uint2 header(uint row_1, uint rb_1, uint b_2)
 {
-    uint hw_1 = naga_div(((row_1 * rb_1) + (136u * b_1)), 4u);
+    uint hw_1 = naga_div(((row_1 * rb_1) + (136u * b_2)), 4u);
     const uint _e9 = word(hw_1);
     const uint _e12 = word((hw_1 + 1u));
     return uint2(_e9, _e12);
 }
 
-float2 sz(uint2 hd, uint h_2)
+float2 sz(uint2 hd, uint h_3)
 {
     float2 r_3 = (float2)0;
 
@@ -399,7 +530,7 @@ float2 sz(uint2 hd, uint h_2)
         r_3 = float2(asfloat(hd.x), asfloat(hd.y));
     } else {
         if (false) {
-            const float2 _e21 = f16x2_(((h_2 == 1u) ? hd.y : hd.x));
+            const float2 _e21 = f16x2_(((h_3 == 1u) ? hd.y : hd.x));
             r_3 = _e21;
         } else {
             const float2 _e23 = f16x2_(hd.x);
@@ -412,28 +543,28 @@ float2 sz(uint2 hd, uint h_2)
     return float2(_e26, _e28);
 }
 
-Items4_ items4_(uint4 rr, uint rb_2, uint b_2, uint pp_1, uint gb)
+Items4_ items4_(uint4 rr, uint rb_2, uint b_3, uint pp_1, uint gb)
 {
     Items4_ q_1 = (Items4_)0;
 
-    const uint4 _e8 = item(rr.x, rb_2, b_2, pp_1);
+    const uint4 _e8 = item(rr.x, rb_2, b_3, pp_1);
     q_1.v0_ = _e8;
     const uint2 _e11 = header(rr.x, rb_2, gb);
     q_1.h0_ = _e11;
     if (true) {
-        const uint4 _e18 = item(rr.y, rb_2, b_2, pp_1);
+        const uint4 _e18 = item(rr.y, rb_2, b_3, pp_1);
         q_1.v1_ = _e18;
         const uint2 _e21 = header(rr.y, rb_2, gb);
         q_1.h1_ = _e21;
     }
     if (true) {
-        const uint4 _e28 = item(rr.z, rb_2, b_2, pp_1);
+        const uint4 _e28 = item(rr.z, rb_2, b_3, pp_1);
         q_1.v2_ = _e28;
         const uint2 _e31 = header(rr.z, rb_2, gb);
         q_1.h2_ = _e31;
     }
     if (true) {
-        const uint4 _e38 = item(rr.w, rb_2, b_2, pp_1);
+        const uint4 _e38 = item(rr.w, rb_2, b_3, pp_1);
         q_1.v3_ = _e38;
         const uint2 _e41 = header(rr.w, rb_2, gb);
         q_1.h3_ = _e41;
@@ -445,89 +576,212 @@ Items4_ items4_(uint4 rr, uint rb_2, uint b_2, uint pp_1, uint gb)
 
 float q4a16_(uint w0_, uint w1_, float4 xa0_, float4 xb0_, float4 xa1_, float4 xb1_)
 {
-    float4 off = (8388608.0).xxxx;
+    float4 off_1 = (8388608.0).xxxx;
     const uint _e8 = nib_order(w0_);
     const uint _e9 = nib_order(w1_);
     const float4 _e10 = nib_in_place(_e8);
     const float4 _e15 = nib_in_place((_e8 >> 16u));
     const float4 _e19 = nib_in_place(_e9);
     const float4 _e25 = nib_in_place((_e9 >> 16u));
-    float4 f = (((((_e10 - off) * xa0_) + ((_e15 - off) * xb0_)) + ((_e19 - off) * xa1_)) + ((_e25 - off) * xb1_));
-    return dot(f, NIB_POS);
+    float4 f_1 = (((((_e10 - off_1) * xa0_) + ((_e15 - off_1) * xb0_)) + ((_e19 - off_1) * xa1_)) + ((_e25 - off_1) * xb1_));
+    return dot(f_1, NIB_POS);
 }
 
-float4 partial1_(uint row0_1, uint lid_2)
+uint4 sub4_(uint row_2, uint rb_3, uint b_4, uint m_2)
 {
-    float4 a = (0.0).xxxx;
-    uint j_1 = (uint)0;
+    uint bw_2 = ((naga_div(((row_2 * rb_3) + (136u * b_4)), 4u) + 2u) + (4u * m_2));
+    const uint _e15 = word(bw_2);
+    const uint _e18 = word((bw_2 + 1u));
+    const uint _e21 = word((bw_2 + 2u));
+    const uint _e24 = word((bw_2 + 3u));
+    return uint4(_e15, _e18, _e21, _e24);
+}
 
-    uint rb_4 = p.row_bytes;
-    uint nb_1 = naga_div(rb_4, 136u);
-    uint _e9 = p.o;
-    uint last = (_e9 - 1u);
-    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+float2 sz8_(uint row_3, uint rb_4, uint gb_1, uint h_4)
+{
+    uint2 hd_1 = (uint2)0;
+    float2 r_4 = (float2)0;
+
+    uint hw_2 = naga_div(((row_3 * rb_4) + (136u * gb_1)), 4u);
+    if (false) {
+        const uint _e16 = word((hw_2 + h_4));
+        hd_1 = uint2(_e16, 0u);
+    } else {
+        const uint _e19 = word(hw_2);
+        const uint _e22 = word((hw_2 + 1u));
+        hd_1 = uint2(_e19, _e22);
+    }
+    if (true) {
+        uint _e30 = hd_1.x;
+        uint _e33 = hd_1.y;
+        r_4 = float2(asfloat(_e30), asfloat(_e33));
+    } else {
+        uint _e37 = hd_1.x;
+        r_4 = float2(f16tof32(_e37), f16tof32((_e37) >> 16));
+    }
+    float _e40 = r_4.x;
+    const float _e41 = scaled(_e40);
+    float _e43 = r_4.y;
+    return float2(_e41, mad(8.0, _e41, _e43));
+}
+
+float4 ZeroValuefloat4() {
+    return (float4)0;
+}
+
+float ZeroValuefloat() {
+    return (float)0;
+}
+
+float4 partial1_i8_(uint4 rr_1, uint lid_2)
+{
+    float4 a_1 = (0.0).xxxx;
+    uint j_1 = (uint)0;
+    float4 f = (float4)0;
+    float sx = (float)0;
+
+    uint rb_6 = p.row_bytes;
+    uint nb_1 = naga_div(rb_6, 136u);
     j_1 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e189 = j_1;
-            j_1 = (_e189 + WG);
+            uint _e133 = j_1;
+            j_1 = (_e133 + WG);
         }
         loop_init_6 = false;
-        uint _e26 = j_1;
-        if ((_e26 < (8u * nb_1))) {
+        uint _e11 = j_1;
+        if ((_e11 < (8u * nb_1))) {
         } else {
             break;
         }
         {
-            uint _e30 = j_1;
-            uint b_4 = naga_div(_e30, 8u);
-            uint _e33 = j_1;
-            uint pp_3 = naga_mod(_e33, 8u);
-            const uint _e36 = group(b_4, nb_1);
-            const Items4_ _e37 = items4_(rr_1, rb_4, b_4, pp_3, _e36);
-            uint xi = naga_div(((256u * b_4) + (8u * pp_3)), 4u);
-            float4 xa0_1 = asfloat(xv.Load4(xi*16));
-            float4 xb0_1 = asfloat(xv.Load4((xi + 1u)*16));
-            float4 xa1_1 = asfloat(xv.Load4((xi + 16u)*16));
-            float4 xb1_1 = asfloat(xv.Load4((xi + 17u)*16));
-            float4 xa2_ = asfloat(xv.Load4((xi + 32u)*16));
-            float4 xb2_ = asfloat(xv.Load4((xi + 33u)*16));
-            float4 xa3_ = asfloat(xv.Load4((xi + 48u)*16));
-            float4 xb3_ = asfloat(xv.Load4((xi + 49u)*16));
+            uint _e15 = j_1;
+            uint b_6 = naga_div(_e15, 8u);
+            uint _e18 = j_1;
+            uint m_4 = naga_mod(_e18, 8u);
+            uint h_5 = naga_div(m_4, 4u);
+            const uint _e23 = group(b_6, nb_1);
+            const uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_4);
+            const uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_4);
+            const uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_4);
+            const uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_4);
+            const float2 _e33 = sz8_(rr_1.x, rb_6, _e23, h_5);
+            const float2 _e35 = sz8_(rr_1.y, rb_6, _e23, h_5);
+            const float2 _e37 = sz8_(rr_1.z, rb_6, _e23, h_5);
+            const float2 _e39 = sz8_(rr_1.w, rb_6, _e23, h_5);
+            float4 sc4_ = float4(_e33.x, _e35.x, _e37.x, _e39.x);
+            float4 z4_ = float4(_e33.y, _e35.y, _e37.y, _e39.y);
+            uint _e50 = j_1;
+            const XQ _e51 = xq(_e50);
+            f = ZeroValuefloat4();
+            sx = ZeroValuefloat();
+            if (((_e51.h.x & 2139095040u) != 2139095040u)) {
+                float dh = asfloat(_e51.h.x);
+                int3 q_2 = (asint(((1262485504u).xxx - _e51.h.yzw)) >> (3u).xxx);
+                sx = (float(asint(asuint(asint(asuint(asint(asuint(q_2.x) * asuint(int(65536)))) + asuint(asint(asuint(q_2.y) * asuint(int(256)))))) + asuint(q_2.z))) * (dh * 0.00390625));
+                const float _e87 = q4i8_(_e25, _e51);
+                const float _e88 = q4i8_(_e27, _e51);
+                const float _e89 = q4i8_(_e29, _e51);
+                const float _e90 = q4i8_(_e31, _e51);
+                f = (dh * float4(_e87, _e88, _e89, _e90));
+            } else {
+                uint _e93 = j_1;
+                const X8_ _e94 = x8_(_e93);
+                sx = dot((((_e94.x0_ + _e94.x1_) + (_e94.x2_ + _e94.x3_)) + ((_e94.x4_ + _e94.x5_) + (_e94.x6_ + _e94.x7_))), (1.0).xxxx);
+                const float4 _e113 = q4row(_e25, _e94);
+                const float4 _e116 = q4row(_e27, _e94);
+                const float4 _e119 = q4row(_e29, _e94);
+                const float4 _e122 = q4row(_e31, _e94);
+                f = float4(dot(_e113, NIB_POS), dot(_e116, NIB_POS), dot(_e119, NIB_POS), dot(_e122, NIB_POS));
+            }
+            float4 _e126 = a_1;
+            float4 _e127 = f;
+            float _e129 = sx;
+            a_1 = (_e126 + ((sc4_ * _e127) + (z4_ * _e129)));
+        }
+    }
+    float4 _e136 = a_1;
+    return _e136;
+}
+
+float4 partial1_(uint row0_1, uint lid_3)
+{
+    float4 a_2 = (0.0).xxxx;
+    uint j_2 = (uint)0;
+
+    uint rb_7 = p.row_bytes;
+    uint nb_2 = naga_div(rb_7, 136u);
+    uint _e9 = p.o;
+    uint last = (_e9 - 1u);
+    uint4 rr_2 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint _e24 = p.reserved0_;
+    if ((_e24 == 1u)) {
+        const float4 _e27 = partial1_i8_(rr_2, lid_3);
+        return _e27;
+    }
+    j_2 = lid_3;
+    bool loop_init_7 = true;
+    while(true) {
+        if (!loop_init_7) {
+            uint _e195 = j_2;
+            j_2 = (_e195 + WG);
+        }
+        loop_init_7 = false;
+        uint _e32 = j_2;
+        if ((_e32 < (8u * nb_2))) {
+        } else {
+            break;
+        }
+        {
+            uint _e36 = j_2;
+            uint b_7 = naga_div(_e36, 8u);
+            uint _e39 = j_2;
+            uint pp_3 = naga_mod(_e39, 8u);
+            const uint _e42 = group(b_7, nb_2);
+            const Items4_ _e43 = items4_(rr_2, rb_7, b_7, pp_3, _e42);
+            uint xi_1 = naga_div(((256u * b_7) + (8u * pp_3)), 4u);
+            float4 xa0_1 = asfloat(xv.Load4(xi_1*16));
+            float4 xb0_1 = asfloat(xv.Load4((xi_1 + 1u)*16));
+            float4 xa1_1 = asfloat(xv.Load4((xi_1 + 16u)*16));
+            float4 xb1_1 = asfloat(xv.Load4((xi_1 + 17u)*16));
+            float4 xa2_ = asfloat(xv.Load4((xi_1 + 32u)*16));
+            float4 xb2_ = asfloat(xv.Load4((xi_1 + 33u)*16));
+            float4 xa3_ = asfloat(xv.Load4((xi_1 + 48u)*16));
+            float4 xb3_ = asfloat(xv.Load4((xi_1 + 49u)*16));
             float4 one = (1.0).xxxx;
             float sx0_ = dot(((xa0_1 + xb0_1) + (xa1_1 + xb1_1)), one);
             float sx1_ = dot(((xa2_ + xb2_) + (xa3_ + xb3_)), one);
-            const float _e97 = q4a16_(_e37.v0_.x, _e37.v0_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            const float _e102 = q4a16_(_e37.v1_.x, _e37.v1_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            const float _e107 = q4a16_(_e37.v2_.x, _e37.v2_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            const float _e112 = q4a16_(_e37.v3_.x, _e37.v3_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            float4 f0_ = float4(_e97, _e102, _e107, _e112);
-            const float _e118 = q4a16_(_e37.v0_.z, _e37.v0_.w, xa2_, xb2_, xa3_, xb3_);
-            const float _e123 = q4a16_(_e37.v1_.z, _e37.v1_.w, xa2_, xb2_, xa3_, xb3_);
-            const float _e128 = q4a16_(_e37.v2_.z, _e37.v2_.w, xa2_, xb2_, xa3_, xb3_);
-            const float _e133 = q4a16_(_e37.v3_.z, _e37.v3_.w, xa2_, xb2_, xa3_, xb3_);
-            float4 f1_ = float4(_e118, _e123, _e128, _e133);
-            const float2 _e137 = sz(_e37.h0_, 0u);
-            const float2 _e140 = sz(_e37.h1_, 0u);
-            const float2 _e143 = sz(_e37.h2_, 0u);
-            const float2 _e146 = sz(_e37.h3_, 0u);
-            const float2 _e149 = sz(_e37.h0_, 1u);
-            const float2 _e152 = sz(_e37.h1_, 1u);
-            const float2 _e155 = sz(_e37.h2_, 1u);
-            const float2 _e158 = sz(_e37.h3_, 1u);
-            float4 sc0_ = float4(_e137.x, _e140.x, _e143.x, _e146.x);
-            float4 z0_ = float4(_e137.y, _e140.y, _e143.y, _e146.y);
-            float4 sc1_ = float4(_e149.x, _e152.x, _e155.x, _e158.x);
-            float4 z1_ = float4(_e149.y, _e152.y, _e155.y, _e158.y);
-            float4 _e179 = a;
-            a = (_e179 + ((sc0_ * f0_) + (z0_ * sx0_)));
-            float4 _e184 = a;
-            a = (_e184 + ((sc1_ * f1_) + (z1_ * sx1_)));
+            const float _e103 = q4a16_(_e43.v0_.x, _e43.v0_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            const float _e108 = q4a16_(_e43.v1_.x, _e43.v1_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            const float _e113 = q4a16_(_e43.v2_.x, _e43.v2_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            const float _e118 = q4a16_(_e43.v3_.x, _e43.v3_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float4 f0_ = float4(_e103, _e108, _e113, _e118);
+            const float _e124 = q4a16_(_e43.v0_.z, _e43.v0_.w, xa2_, xb2_, xa3_, xb3_);
+            const float _e129 = q4a16_(_e43.v1_.z, _e43.v1_.w, xa2_, xb2_, xa3_, xb3_);
+            const float _e134 = q4a16_(_e43.v2_.z, _e43.v2_.w, xa2_, xb2_, xa3_, xb3_);
+            const float _e139 = q4a16_(_e43.v3_.z, _e43.v3_.w, xa2_, xb2_, xa3_, xb3_);
+            float4 f1_ = float4(_e124, _e129, _e134, _e139);
+            const float2 _e143 = sz(_e43.h0_, 0u);
+            const float2 _e146 = sz(_e43.h1_, 0u);
+            const float2 _e149 = sz(_e43.h2_, 0u);
+            const float2 _e152 = sz(_e43.h3_, 0u);
+            const float2 _e155 = sz(_e43.h0_, 1u);
+            const float2 _e158 = sz(_e43.h1_, 1u);
+            const float2 _e161 = sz(_e43.h2_, 1u);
+            const float2 _e164 = sz(_e43.h3_, 1u);
+            float4 sc0_ = float4(_e143.x, _e146.x, _e149.x, _e152.x);
+            float4 z0_ = float4(_e143.y, _e146.y, _e149.y, _e152.y);
+            float4 sc1_ = float4(_e155.x, _e158.x, _e161.x, _e164.x);
+            float4 z1_ = float4(_e155.y, _e158.y, _e161.y, _e164.y);
+            float4 _e185 = a_2;
+            a_2 = (_e185 + ((sc0_ * f0_) + (z0_ * sx0_)));
+            float4 _e190 = a_2;
+            a_2 = (_e190 + ((sc1_ * f1_) + (z1_ * sx1_)));
         }
     }
-    float4 _e192 = a;
-    return _e192;
+    float4 _e198 = a_2;
+    return _e198;
 }
 
 [numthreads(128, 1, 1)]
@@ -564,13 +818,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red[min(uint((256u + lid)), 2047u)] = _e28.z;
         red[min(uint((384u + lid)), 2047u)] = _e28.w;
     } else {
-        bool loop_init_7 = true;
+        bool loop_init_8 = true;
         while(true) {
-            if (!loop_init_7) {
+            if (!loop_init_8) {
                 uint _e65 = k;
                 k = (_e65 + 1u);
             }
-            loop_init_7 = false;
+            loop_init_8 = false;
             uint _e49 = k;
             if ((_e49 < 16u)) {
             } else {
@@ -586,13 +840,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             }
         }
         partial(row0_2, lid);
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e82 = k_1;
                 k_1 = (_e82 + 1u);
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e69 = k_1;
             if ((_e69 < 4u)) {
             } else {
@@ -609,13 +863,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     GroupMemoryBarrierWithGroupSync();
     uint kk = (lid >> 3u);
     if ((kk < 4u)) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e109 = m;
                 m = (_e109 + 1u);
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e91 = m;
             if ((_e91 < 16u)) {
             } else {
@@ -634,13 +888,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     red[min(uint(lid), 2047u)] = _e113;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e132 = m_1;
                 m_1 = (_e132 + 1u);
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e119 = m_1;
             if ((_e119 < 8u)) {
             } else {
@@ -653,12 +907,12 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
                 v = (_e122 + _e129);
             }
         }
-        uint row_2 = (row0_2 + naga_div(lid, S));
+        uint row_4 = (row0_2 + naga_div(lid, S));
         uint _e139 = p.o;
-        if ((row_2 < _e139)) {
+        if ((row_4 < _e139)) {
             uint _e146 = p.o;
             float _e150 = v;
-            y.Store(((naga_mod(lid, S) * _e146) + row_2)*4, asuint(_e150));
+            y.Store(((naga_mod(lid, S) * _e146) + row_4)*4, asuint(_e150));
             return;
         } else {
             return;

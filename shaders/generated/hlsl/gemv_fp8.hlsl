@@ -386,12 +386,12 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e62 = r_4;
                                 uint _e64 = k_5;
-                                uint w_4 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
+                                uint w_6 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
                                 uint _e67 = r_4;
                                 uint _e69 = nan[min(uint(_e67), 3u)];
-                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_4 & 2139062143u) + 16843009u) & 2155905152u));
+                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u));
                                 uint _e78 = k_5;
-                                const float4 _e81 = e4m3v(w_4);
+                                const float4 _e81 = e4m3v(w_6);
                                 tdot((i0_ + (4u * _e78)), _e81);
                             }
                         }
@@ -479,78 +479,171 @@ float f8row(uint4 w_3, float4 x0_, float4 x1_, float4 x2_, float4 x3_, inout flo
     return (((dot(_e23, x0_) + dot(_e25, x1_)) + dot(_e28, x2_)) + dot(_e31, x3_));
 }
 
-float4 partial1_(uint row0_1, uint lid_2)
+float4 e4m3_h(uint w_4)
+{
+    uint lo = (((w_4 & 8323199u) << 7u) | ((w_4 & 8388736u) << 8u));
+    uint hi = (((w_4 >> 1u) & 1065369472u) | (w_4 & 2147516416u));
+    return float4(float2(f16tof32(lo), f16tof32((lo) >> 16)), float2(f16tof32(hi), f16tof32((hi) >> 16)));
+}
+
+float f8row_h(uint4 w_5, float4 x0_1, float4 x1_1, float4 x2_1, float4 x3_1, inout uint nan_1)
+{
+    uint _e6 = nan_1;
+    nan_1 = (_e6 | (((((w_5.x & 2139062143u) + 16843009u) | ((w_5.y & 2139062143u) + 16843009u)) | ((w_5.z & 2139062143u) + 16843009u)) | ((w_5.w & 2139062143u) + 16843009u)));
+    const float4 _e32 = e4m3_h(w_5.x);
+    const float4 _e36 = e4m3_h(w_5.y);
+    const float4 _e41 = e4m3_h(w_5.z);
+    const float4 _e46 = e4m3_h(w_5.w);
+    return (((dot(_e32, x0_1.xzyw) + dot(_e36, x1_1.xzyw)) + dot(_e41, x2_1.xzyw)) + dot(_e46, x3_1.xzyw));
+}
+
+float4 partial1_h(uint4 rr, uint lid_2)
 {
     float4 a = (0.0).xxxx;
-    float4 m0_ = (0.0).xxxx;
-    float4 m1_ = (0.0).xxxx;
-    float4 m2_ = (0.0).xxxx;
-    float4 m3_ = (0.0).xxxx;
+    uint n0_ = 0u;
+    uint n1_ = 0u;
+    uint n2_ = 0u;
+    uint n3_ = 0u;
     uint c_3 = (uint)0;
     float d_3 = (float)0;
 
     uint rb_3 = p.row_bytes;
     uint nch_1 = naga_div((rb_3 + 15u), 16u);
     uint tpr_1 = p.sc_row;
-    uint _e14 = p.o;
-    uint last = (_e14 - 1u);
-    uint4 rr = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
-    uint band = (naga_div(row0_1, 128u) * tpr_1);
+    uint band = (naga_div(rr.x, 128u) * tpr_1);
     c_3 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e101 = c_3;
-            c_3 = (_e101 + WG);
+            uint _e83 = c_3;
+            c_3 = (_e83 + WG);
         }
         loop_init_8 = false;
-        uint _e46 = c_3;
-        if ((_e46 < nch_1)) {
+        uint _e28 = c_3;
+        if ((_e28 < nch_1)) {
         } else {
             break;
         }
         {
-            uint _e48 = c_3;
-            const Rows4_ _e49 = rows4_(rr, _e48, rb_3);
-            uint _e51 = c_3;
-            const uint _e55 = group(naga_div((16u * _e51), 128u), tpr_1);
-            uint tk_1 = (band + _e55);
+            uint _e30 = c_3;
+            const Rows4_ _e31 = rows4_(rr, _e30, rb_3);
+            uint _e33 = c_3;
+            const uint _e37 = group(naga_div((16u * _e33), 128u), tpr_1);
+            uint tk_1 = (band + _e37);
             d_3 = ZeroValuefloat();
             if (false) {
-                const uint _e63 = scale_byte(tk_1);
-                const float _e64 = ue8m0_(_e63);
-                d_3 = _e64;
+                const uint _e45 = scale_byte(tk_1);
+                const float _e46 = ue8m0_(_e45);
+                d_3 = _e46;
             } else {
-                const float _e65 = scale_f32_(tk_1);
-                d_3 = _e65;
+                const float _e47 = scale_f32_(tk_1);
+                d_3 = _e47;
             }
-            uint _e67 = c_3;
-            uint xi = (4u * _e67);
-            float4 x0_1 = asfloat(xv.Load4(xi*16));
-            float4 x1_1 = asfloat(xv.Load4((xi + 1u)*16));
-            float4 x2_1 = asfloat(xv.Load4((xi + 2u)*16));
-            float4 x3_1 = asfloat(xv.Load4((xi + 3u)*16));
-            const float _e88 = f8row(_e49.v0_, x0_1, x1_1, x2_1, x3_1, m0_);
-            const float _e90 = f8row(_e49.v1_, x0_1, x1_1, x2_1, x3_1, m1_);
-            const float _e92 = f8row(_e49.v2_, x0_1, x1_1, x2_1, x3_1, m2_);
-            const float _e94 = f8row(_e49.v3_, x0_1, x1_1, x2_1, x3_1, m3_);
-            float4 f_1 = float4(_e88, _e90, _e92, _e94);
-            float4 _e96 = a;
-            float _e97 = d_3;
-            const float _e98 = scaled(_e97);
-            a = (_e96 + (_e98 * f_1));
+            uint _e49 = c_3;
+            uint xi = (4u * _e49);
+            float4 x0_2 = asfloat(xv.Load4(xi*16));
+            float4 x1_2 = asfloat(xv.Load4((xi + 1u)*16));
+            float4 x2_2 = asfloat(xv.Load4((xi + 2u)*16));
+            float4 x3_2 = asfloat(xv.Load4((xi + 3u)*16));
+            const float _e70 = f8row_h(_e31.v0_, x0_2, x1_2, x2_2, x3_2, n0_);
+            const float _e72 = f8row_h(_e31.v1_, x0_2, x1_2, x2_2, x3_2, n1_);
+            const float _e74 = f8row_h(_e31.v2_, x0_2, x1_2, x2_2, x3_2, n2_);
+            const float _e76 = f8row_h(_e31.v3_, x0_2, x1_2, x2_2, x3_2, n3_);
+            float4 f_1 = float4(_e70, _e72, _e74, _e76);
+            float4 _e78 = a;
+            float _e79 = d_3;
+            const float _e80 = scaled(_e79);
+            a = (_e78 + (_e80 * f_1));
+        }
+    }
+    uint _e86 = n0_;
+    uint _e87 = n1_;
+    uint _e88 = n2_;
+    uint _e89 = n3_;
+    bool4 nan_2 = ((uint4(_e86, _e87, _e88, _e89) & (2155905152u).xxxx) != (0u).xxxx);
+    uint _e100 = p.reserved0_;
+    float qnan = asfloat((2143289344u + (_e100 * 0u)));
+    float4 _e105 = a;
+    return (nan_2 ? (qnan).xxxx : (_e105 * 256.0));
+}
+
+float4 partial1_(uint row0_1, uint lid_3)
+{
+    float4 a_1 = (0.0).xxxx;
+    float4 m0_ = (0.0).xxxx;
+    float4 m1_ = (0.0).xxxx;
+    float4 m2_ = (0.0).xxxx;
+    float4 m3_ = (0.0).xxxx;
+    uint c_4 = (uint)0;
+    float d_4 = (float)0;
+
+    uint rb_4 = p.row_bytes;
+    uint nch_2 = naga_div((rb_4 + 15u), 16u);
+    uint tpr_2 = p.sc_row;
+    uint _e14 = p.o;
+    uint last = (_e14 - 1u);
+    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint _e29 = p.reserved1_;
+    if ((_e29 != 1u)) {
+        const float4 _e32 = partial1_h(rr_1, lid_3);
+        return _e32;
+    }
+    uint band_1 = (naga_div(row0_1, 128u) * tpr_2);
+    c_4 = lid_3;
+    bool loop_init_9 = true;
+    while(true) {
+        if (!loop_init_9) {
+            uint _e107 = c_4;
+            c_4 = (_e107 + WG);
+        }
+        loop_init_9 = false;
+        uint _e52 = c_4;
+        if ((_e52 < nch_2)) {
+        } else {
+            break;
+        }
+        {
+            uint _e54 = c_4;
+            const Rows4_ _e55 = rows4_(rr_1, _e54, rb_4);
+            uint _e57 = c_4;
+            const uint _e61 = group(naga_div((16u * _e57), 128u), tpr_2);
+            uint tk_2 = (band_1 + _e61);
+            d_4 = ZeroValuefloat();
+            if (false) {
+                const uint _e69 = scale_byte(tk_2);
+                const float _e70 = ue8m0_(_e69);
+                d_4 = _e70;
+            } else {
+                const float _e71 = scale_f32_(tk_2);
+                d_4 = _e71;
+            }
+            uint _e73 = c_4;
+            uint xi_1 = (4u * _e73);
+            float4 x0_3 = asfloat(xv.Load4(xi_1*16));
+            float4 x1_3 = asfloat(xv.Load4((xi_1 + 1u)*16));
+            float4 x2_3 = asfloat(xv.Load4((xi_1 + 2u)*16));
+            float4 x3_3 = asfloat(xv.Load4((xi_1 + 3u)*16));
+            const float _e94 = f8row(_e55.v0_, x0_3, x1_3, x2_3, x3_3, m0_);
+            const float _e96 = f8row(_e55.v1_, x0_3, x1_3, x2_3, x3_3, m1_);
+            const float _e98 = f8row(_e55.v2_, x0_3, x1_3, x2_3, x3_3, m2_);
+            const float _e100 = f8row(_e55.v3_, x0_3, x1_3, x2_3, x3_3, m3_);
+            float4 f_2 = float4(_e94, _e96, _e98, _e100);
+            float4 _e102 = a_1;
+            float _e103 = d_4;
+            const float _e104 = scaled(_e103);
+            a_1 = (_e102 + (_e104 * f_2));
         }
     }
     float4 lim = (114688.0).xxxx;
-    float4 _e106 = m0_;
-    float4 _e109 = m1_;
-    float4 _e112 = m2_;
-    float4 _e115 = m3_;
-    bool4 nan_1 = bool4(any((_e106 > lim)), any((_e109 > lim)), any((_e112 > lim)), any((_e115 > lim)));
-    uint _e122 = p.reserved0_;
-    float qnan = asfloat((2143289344u + (_e122 * 0u)));
-    float4 _e127 = a;
-    return (nan_1 ? (qnan).xxxx : (_e127 * 0.00390625));
+    float4 _e112 = m0_;
+    float4 _e115 = m1_;
+    float4 _e118 = m2_;
+    float4 _e121 = m3_;
+    bool4 nan_3 = bool4(any((_e112 > lim)), any((_e115 > lim)), any((_e118 > lim)), any((_e121 > lim)));
+    uint _e128 = p.reserved0_;
+    float qnan_1 = asfloat((2143289344u + (_e128 * 0u)));
+    float4 _e133 = a_1;
+    return (nan_3 ? (qnan_1).xxxx : (_e133 * 0.00390625));
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -591,13 +684,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red[min(uint((256u + lid)), 2047u)] = _e28.z;
         red[min(uint((384u + lid)), 2047u)] = _e28.w;
     } else {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e65 = k;
                 k = (_e65 + 1u);
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e49 = k;
             if ((_e49 < 16u)) {
             } else {
@@ -613,13 +706,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             }
         }
         partial(row0_2, lid);
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e82 = k_1;
                 k_1 = (_e82 + 1u);
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e69 = k_1;
             if ((_e69 < 4u)) {
             } else {
@@ -636,13 +729,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     GroupMemoryBarrierWithGroupSync();
     uint kk = (lid >> 3u);
     if ((kk < 4u)) {
-        bool loop_init_11 = true;
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_11) {
+            if (!loop_init_12) {
                 uint _e109 = m;
                 m = (_e109 + 1u);
             }
-            loop_init_11 = false;
+            loop_init_12 = false;
             uint _e91 = m;
             if ((_e91 < 16u)) {
             } else {
@@ -661,13 +754,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     red[min(uint(lid), 2047u)] = _e113;
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_12 = true;
+        bool loop_init_13 = true;
         while(true) {
-            if (!loop_init_12) {
+            if (!loop_init_13) {
                 uint _e132 = m_1;
                 m_1 = (_e132 + 1u);
             }
-            loop_init_12 = false;
+            loop_init_13 = false;
             uint _e119 = m_1;
             if ((_e119 < 8u)) {
             } else {

@@ -31,6 +31,25 @@ typedef float type_6[1];
 struct type_7 {
     float inner[16];
 };
+struct X8_ {
+    metal::float4 x0_;
+    metal::float4 x1_;
+    metal::float4 x2_;
+    metal::float4 x3_;
+    metal::float4 x4_;
+    metal::float4 x5_;
+    metal::float4 x6_;
+    metal::float4 x7_;
+};
+struct XQ {
+    metal::uint4 a0_;
+    metal::uint4 b0_;
+    metal::uint4 a1_;
+    metal::uint4 b1_;
+    metal::uint4 a2_;
+    metal::uint4 b2_;
+    metal::uint4 h;
+};
 struct type_10 {
     metal::uint4 inner[4];
 };
@@ -47,7 +66,7 @@ struct Items4_ {
     metal::uint2 h2_;
     metal::uint2 h3_;
 };
-struct type_13 {
+struct type_14 {
     float inner[2048];
 };
 constant uint WG = 128u;
@@ -124,10 +143,10 @@ metal::float4 f16v(
 ) {
     metal::uint4 sign = (h & metal::uint4(32768u)) << metal::uint4(16u);
     metal::uint4 e = (h >> metal::uint4(10u)) & metal::uint4(31u);
-    metal::uint4 m_2 = h & metal::uint4(1023u);
-    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_2 << metal::uint4(13u)));
-    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_2 << metal::uint4(13u)));
-    metal::float4 _e36 = u2f(m_2);
+    metal::uint4 m_3 = h & metal::uint4(1023u);
+    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_3 << metal::uint4(13u)));
+    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_3 << metal::uint4(13u)));
+    metal::float4 _e36 = u2f(m_3);
     metal::float4 sub = as_type<metal::float4>(as_type<metal::uint4>(_e36 * 0.000000059604645) | sign);
     return metal::select(metal::select(normal, special, e == metal::uint4(31u)), sub, e == metal::uint4(0u));
 }
@@ -228,6 +247,121 @@ metal::float4 nib_in_place(
     return as_type<metal::float4>((metal::uint4(w_4) & metal::uint4(15u, 240u, 3840u, 61440u)) | metal::uint4(1258291200u));
 }
 
+X8_ x8_(
+    uint c,
+    device type_5 const& xv,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint xi = 8u * c;
+    metal::float4 _e5 = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e10 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e15 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e20 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e25 = xv[metal::min(unsigned(xi + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e30 = xv[metal::min(unsigned(xi + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(xi + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e40 = xv[metal::min(unsigned(xi + 7u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    return X8_ {_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40};
+}
+
+metal::float4 q4row(
+    metal::uint4 w_5,
+    X8_ x
+) {
+    metal::float4 off = metal::float4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    uint _e8 = nib_order(w_5.x);
+    uint _e10 = nib_order(w_5.y);
+    uint _e12 = nib_order(w_5.z);
+    uint _e14 = nib_order(w_5.w);
+    metal::float4 _e15 = nib_in_place(_e8);
+    metal::float4 _e21 = nib_in_place(_e8 >> 16u);
+    metal::float4 _e26 = nib_in_place(_e10);
+    metal::float4 _e33 = nib_in_place(_e10 >> 16u);
+    metal::float4 _e38 = nib_in_place(_e12);
+    metal::float4 _e45 = nib_in_place(_e12 >> 16u);
+    metal::float4 _e50 = nib_in_place(_e14);
+    metal::float4 _e57 = nib_in_place(_e14 >> 16u);
+    return ((((((((_e15 - off) * x.x0_) + ((_e21 - off) * x.x1_)) + ((_e26 - off) * x.x2_)) + ((_e33 - off) * x.x3_)) + ((_e38 - off) * x.x4_)) + ((_e45 - off) * x.x5_)) + ((_e50 - off) * x.x6_)) + ((_e57 - off) * x.x7_);
+}
+
+XQ xq(
+    uint c_1,
+    device type_5 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint _e3 = p.x_stride;
+    uint k_4 = (_e3 >> 2u) + (7u * c_1);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_4), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_4 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_4 + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_4 + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_4 + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_4 + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_4 + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
+}
+
+float q4plane(
+    metal::uint4 lo,
+    metal::uint4 hi,
+    metal::uint4 a,
+    metal::uint4 b,
+    uint h_1
+) {
+    uint _e6 = lo.x;
+    uint _e7 = a.x;
+    packed_char4 reinterpreted_packed_char4_e6 = as_type<packed_char4>(_e6);
+    packed_char4 reinterpreted_packed_char4_e7 = as_type<packed_char4>(_e7);
+    uint _e10 = hi.x;
+    uint _e11 = a.y;
+    packed_char4 reinterpreted_packed_char4_e10 = as_type<packed_char4>(_e10);
+    packed_char4 reinterpreted_packed_char4_e11 = as_type<packed_char4>(_e11);
+    uint _e14 = lo.y;
+    uint _e15 = a.z;
+    packed_char4 reinterpreted_packed_char4_e14 = as_type<packed_char4>(_e14);
+    packed_char4 reinterpreted_packed_char4_e15 = as_type<packed_char4>(_e15);
+    uint _e18 = hi.y;
+    uint _e19 = a.w;
+    packed_char4 reinterpreted_packed_char4_e18 = as_type<packed_char4>(_e18);
+    packed_char4 reinterpreted_packed_char4_e19 = as_type<packed_char4>(_e19);
+    uint _e22 = lo.z;
+    uint _e23 = b.x;
+    packed_char4 reinterpreted_packed_char4_e22 = as_type<packed_char4>(_e22);
+    packed_char4 reinterpreted_packed_char4_e23 = as_type<packed_char4>(_e23);
+    uint _e26 = hi.z;
+    uint _e27 = b.y;
+    packed_char4 reinterpreted_packed_char4_e26 = as_type<packed_char4>(_e26);
+    packed_char4 reinterpreted_packed_char4_e27 = as_type<packed_char4>(_e27);
+    uint _e30 = lo.w;
+    uint _e31 = b.z;
+    packed_char4 reinterpreted_packed_char4_e30 = as_type<packed_char4>(_e30);
+    packed_char4 reinterpreted_packed_char4_e31 = as_type<packed_char4>(_e31);
+    uint _e34 = hi.w;
+    uint _e35 = b.w;
+    packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
+    packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
+    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h_1)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_3) - 12582912.0;
+}
+
+float q4i8_(
+    metal::uint4 w_6,
+    XQ x_1
+) {
+    uint _e3 = nib_order(w_6.x);
+    uint _e5 = nib_order(w_6.y);
+    uint _e7 = nib_order(w_6.z);
+    uint _e9 = nib_order(w_6.w);
+    metal::uint4 v_3 = metal::uint4(_e3, _e5, _e7, _e9);
+    metal::uint4 lo_1 = v_3 & metal::uint4(252645135u);
+    metal::uint4 hi_1 = (v_3 >> metal::uint4(4u)) & metal::uint4(252645135u);
+    float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
+    float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
+    float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
+    return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -249,13 +383,13 @@ void partial(
 ) {
     uint j = {};
     type_10 v_2 = {};
-    type_12 h_1 = {};
+    type_12 h_2 = {};
     uint r_1 = {};
     uint r_2 = {};
     uint k_3 = {};
     bool local_1 = {};
-    uint rb_3 = p.row_bytes;
-    uint nb = naga_div(rb_3, 136u);
+    uint rb_5 = p.row_bytes;
+    uint nb = naga_div(rb_5, 136u);
     j = lid_1;
     bool loop_init_2 = true;
     while(true) {
@@ -271,11 +405,11 @@ void partial(
         }
         {
             uint _e12 = j;
-            uint b_3 = naga_div(_e12, 8u);
+            uint b_5 = naga_div(_e12, 8u);
             uint _e15 = j;
             uint pp_2 = naga_mod(_e15, 8u);
             v_2 = type_10 {};
-            h_1 = type_12 {};
+            h_2 = type_12 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -294,10 +428,10 @@ void partial(
                     uint _e31 = p.o;
                     if ((row0_ + _e27) < _e31) {
                         uint _e33 = r_1;
-                        uint bw = naga_div(((row0_ + _e33) * rb_3) + (136u * b_3), 4u);
+                        uint bw = naga_div(((row0_ + _e33) * rb_5) + (136u * b_5), 4u);
                         uint _e41 = r_1;
-                        uint _e45 = group(b_3, nb);
-                        uint hw = naga_div(((row0_ + _e41) * rb_3) + (136u * _e45), 4u);
+                        uint _e45 = group(b_5, nb);
+                        uint hw = naga_div(((row0_ + _e41) * rb_5) + (136u * _e45), 4u);
                         uint _e50 = r_1;
                         uint _e55 = word((bw + 2u) + pp_2, wq, _buffer_sizes);
                         uint _e59 = word((bw + 10u) + pp_2, wq, _buffer_sizes);
@@ -307,11 +441,11 @@ void partial(
                         uint _e69 = r_1;
                         uint _e71 = word(hw, wq, _buffer_sizes);
                         uint _e74 = word(hw + 1u, wq, _buffer_sizes);
-                        h_1.inner[metal::min(unsigned(_e69), 3u)] = metal::uint2(_e71, _e74);
+                        h_2.inner[metal::min(unsigned(_e69), 3u)] = metal::uint2(_e71, _e74);
                     }
                 }
             }
-            uint i0_ = (256u * b_3) + (8u * pp_2);
+            uint i0_ = (256u * b_5) + (8u * pp_2);
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -345,13 +479,13 @@ void partial(
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_5 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
+                                uint w_7 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
                                 uint _e106 = k_3;
                                 uint i_2 = i0_ + (64u * _e106);
-                                metal::uint4 _e109 = nibbles_lo(w_5);
+                                metal::uint4 _e109 = nibbles_lo(w_7);
                                 metal::float4 _e110 = u2f(_e109);
                                 tdot_sum(i_2, _e110, xv, p, t, u, _buffer_sizes);
-                                metal::uint4 _e113 = nibbles_hi(w_5);
+                                metal::uint4 _e113 = nibbles_hi(w_7);
                                 metal::float4 _e114 = u2f(_e113);
                                 tdot_sum(i_2 + 4u, _e114, xv, p, t, u, _buffer_sizes);
                                 if (false) {
@@ -363,7 +497,7 @@ void partial(
                                 bool _e125 = local_1;
                                 if (_e125) {
                                     uint _e126 = r_2;
-                                    uint _e129 = h_1.inner[metal::min(unsigned(_e126), 3u)].x;
+                                    uint _e129 = h_2.inner[metal::min(unsigned(_e126), 3u)].x;
                                     metal::float2 _e130 = f16x2_(_e129);
                                     uint _e131 = r_2;
                                     float _e133 = scaled(_e130.x);
@@ -374,22 +508,22 @@ void partial(
                         if (true) {
                             uint _e142 = r_2;
                             uint _e143 = r_2;
-                            uint _e146 = h_1.inner[metal::min(unsigned(_e143), 3u)].x;
+                            uint _e146 = h_2.inner[metal::min(unsigned(_e143), 3u)].x;
                             float _e148 = scaled(as_type<float>(_e146));
                             uint _e149 = r_2;
-                            uint _e152 = h_1.inner[metal::min(unsigned(_e149), 3u)].y;
+                            uint _e152 = h_2.inner[metal::min(unsigned(_e149), 3u)].y;
                             fold_affine(_e142, _e148, as_type<float>(_e152), acc, t, u);
                         } else {
                             if (false) {
                                 uint _e158 = r_2;
-                                uint _e161 = h_1.inner[metal::min(unsigned(_e158), 3u)].y;
+                                uint _e161 = h_2.inner[metal::min(unsigned(_e158), 3u)].y;
                                 metal::float2 _e162 = f16x2_(_e161);
                                 uint _e163 = r_2;
                                 float _e165 = scaled(_e162.x);
                                 fold_affine(_e163, _e165, _e162.y, acc, t, u);
                             } else {
                                 uint _e167 = r_2;
-                                uint _e170 = h_1.inner[metal::min(unsigned(_e167), 3u)].x;
+                                uint _e170 = h_2.inner[metal::min(unsigned(_e167), 3u)].x;
                                 metal::float2 _e171 = f16x2_(_e170);
                                 uint _e172 = r_2;
                                 float _e174 = scaled(_e171.x);
@@ -412,12 +546,12 @@ bool fast1_(
 metal::uint4 item(
     uint row,
     uint rb,
-    uint b,
+    uint b_1,
     uint pp,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint bw_1 = naga_div((row * rb) + (136u * b), 4u);
+    uint bw_1 = naga_div((row * rb) + (136u * b_1), 4u);
     uint _e13 = word((bw_1 + 2u) + pp, wq, _buffer_sizes);
     uint _e17 = word((bw_1 + 10u) + pp, wq, _buffer_sizes);
     uint _e21 = word((bw_1 + 18u) + pp, wq, _buffer_sizes);
@@ -428,11 +562,11 @@ metal::uint4 item(
 metal::uint2 header(
     uint row_1,
     uint rb_1,
-    uint b_1,
+    uint b_2,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint hw_1 = naga_div((row_1 * rb_1) + (136u * b_1), 4u);
+    uint hw_1 = naga_div((row_1 * rb_1) + (136u * b_2), 4u);
     uint _e9 = word(hw_1, wq, _buffer_sizes);
     uint _e12 = word(hw_1 + 1u, wq, _buffer_sizes);
     return metal::uint2(_e9, _e12);
@@ -440,14 +574,14 @@ metal::uint2 header(
 
 metal::float2 sz(
     metal::uint2 hd,
-    uint h_2
+    uint h_3
 ) {
     metal::float2 r_3 = {};
     if (true) {
         r_3 = metal::float2(as_type<float>(hd.x), as_type<float>(hd.y));
     } else {
         if (false) {
-            metal::float2 _e21 = f16x2_((h_2 == 1u) ? hd.y : hd.x);
+            metal::float2 _e21 = f16x2_((h_3 == 1u) ? hd.y : hd.x);
             r_3 = _e21;
         } else {
             metal::float2 _e23 = f16x2_(hd.x);
@@ -463,31 +597,31 @@ metal::float2 sz(
 Items4_ items4_(
     metal::uint4 rr,
     uint rb_2,
-    uint b_2,
+    uint b_3,
     uint pp_1,
     uint gb,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     Items4_ q_1 = {};
-    metal::uint4 _e8 = item(rr.x, rb_2, b_2, pp_1, wq, _buffer_sizes);
+    metal::uint4 _e8 = item(rr.x, rb_2, b_3, pp_1, wq, _buffer_sizes);
     q_1.v0_ = _e8;
     metal::uint2 _e11 = header(rr.x, rb_2, gb, wq, _buffer_sizes);
     q_1.h0_ = _e11;
     if (true) {
-        metal::uint4 _e18 = item(rr.y, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e18 = item(rr.y, rb_2, b_3, pp_1, wq, _buffer_sizes);
         q_1.v1_ = _e18;
         metal::uint2 _e21 = header(rr.y, rb_2, gb, wq, _buffer_sizes);
         q_1.h1_ = _e21;
     }
     if (true) {
-        metal::uint4 _e28 = item(rr.z, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e28 = item(rr.z, rb_2, b_3, pp_1, wq, _buffer_sizes);
         q_1.v2_ = _e28;
         metal::uint2 _e31 = header(rr.z, rb_2, gb, wq, _buffer_sizes);
         q_1.h2_ = _e31;
     }
     if (true) {
-        metal::uint4 _e38 = item(rr.w, rb_2, b_2, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e38 = item(rr.w, rb_2, b_3, pp_1, wq, _buffer_sizes);
         q_1.v3_ = _e38;
         metal::uint2 _e41 = header(rr.w, rb_2, gb, wq, _buffer_sizes);
         q_1.h3_ = _e41;
@@ -504,94 +638,225 @@ float q4a16_(
     metal::float4 xa1_,
     metal::float4 xb1_
 ) {
-    metal::float4 off = metal::float4(8388608.0);
+    metal::float4 off_1 = metal::float4(8388608.0);
     uint _e8 = nib_order(w0_);
     uint _e9 = nib_order(w1_);
     metal::float4 _e10 = nib_in_place(_e8);
     metal::float4 _e15 = nib_in_place(_e8 >> 16u);
     metal::float4 _e19 = nib_in_place(_e9);
     metal::float4 _e25 = nib_in_place(_e9 >> 16u);
-    metal::float4 f = ((((_e10 - off) * xa0_) + ((_e15 - off) * xb0_)) + ((_e19 - off) * xa1_)) + ((_e25 - off) * xb1_);
-    return metal::dot(f, NIB_POS);
+    metal::float4 f_1 = ((((_e10 - off_1) * xa0_) + ((_e15 - off_1) * xb0_)) + ((_e19 - off_1) * xa1_)) + ((_e25 - off_1) * xb1_);
+    return metal::dot(f_1, NIB_POS);
 }
 
-metal::float4 partial1_(
-    uint row0_1,
+metal::uint4 sub4_(
+    uint row_2,
+    uint rb_3,
+    uint b_4,
+    uint m_2,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint bw_2 = (naga_div((row_2 * rb_3) + (136u * b_4), 4u) + 2u) + (4u * m_2);
+    uint _e15 = word(bw_2, wq, _buffer_sizes);
+    uint _e18 = word(bw_2 + 1u, wq, _buffer_sizes);
+    uint _e21 = word(bw_2 + 2u, wq, _buffer_sizes);
+    uint _e24 = word(bw_2 + 3u, wq, _buffer_sizes);
+    return metal::uint4(_e15, _e18, _e21, _e24);
+}
+
+metal::float2 sz8_(
+    uint row_3,
+    uint rb_4,
+    uint gb_1,
+    uint h_4,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::uint2 hd_1 = {};
+    metal::float2 r_4 = {};
+    uint hw_2 = naga_div((row_3 * rb_4) + (136u * gb_1), 4u);
+    if (false) {
+        uint _e16 = word(hw_2 + h_4, wq, _buffer_sizes);
+        hd_1 = metal::uint2(_e16, 0u);
+    } else {
+        uint _e19 = word(hw_2, wq, _buffer_sizes);
+        uint _e22 = word(hw_2 + 1u, wq, _buffer_sizes);
+        hd_1 = metal::uint2(_e19, _e22);
+    }
+    if (true) {
+        uint _e30 = hd_1.x;
+        uint _e33 = hd_1.y;
+        r_4 = metal::float2(as_type<float>(_e30), as_type<float>(_e33));
+    } else {
+        uint _e37 = hd_1.x;
+        r_4 = float2(as_type<half2>(_e37));
+    }
+    float _e40 = r_4.x;
+    float _e41 = scaled(_e40);
+    float _e43 = r_4.y;
+    return metal::float2(_e41, metal::fma(8.0, _e41, _e43));
+}
+
+metal::float4 partial1_i8_(
+    metal::uint4 rr_1,
     uint lid_2,
     device type_2 const& wq,
     device type_5 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a = metal::float4(0.0);
+    metal::float4 a_1 = metal::float4(0.0);
     uint j_1 = {};
-    uint rb_4 = p.row_bytes;
-    uint nb_1 = naga_div(rb_4, 136u);
-    uint _e9 = p.o;
-    uint last = _e9 - 1u;
-    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    metal::float4 f = {};
+    float sx = {};
+    uint rb_6 = p.row_bytes;
+    uint nb_1 = naga_div(rb_6, 136u);
     j_1 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e189 = j_1;
-            j_1 = _e189 + WG;
+            uint _e133 = j_1;
+            j_1 = _e133 + WG;
         }
         loop_init_6 = false;
-        uint _e26 = j_1;
-        if (_e26 < (8u * nb_1)) {
+        uint _e11 = j_1;
+        if (_e11 < (8u * nb_1)) {
         } else {
             break;
         }
         {
-            uint _e30 = j_1;
-            uint b_4 = naga_div(_e30, 8u);
-            uint _e33 = j_1;
-            uint pp_3 = naga_mod(_e33, 8u);
-            uint _e36 = group(b_4, nb_1);
-            Items4_ _e37 = items4_(rr_1, rb_4, b_4, pp_3, _e36, wq, _buffer_sizes);
-            uint xi = naga_div((256u * b_4) + (8u * pp_3), 4u);
-            metal::float4 xa0_1 = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb0_1 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa1_1 = xv[metal::min(unsigned(xi + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb1_1 = xv[metal::min(unsigned(xi + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa2_ = xv[metal::min(unsigned(xi + 32u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb2_ = xv[metal::min(unsigned(xi + 33u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa3_ = xv[metal::min(unsigned(xi + 48u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb3_ = xv[metal::min(unsigned(xi + 49u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            uint _e15 = j_1;
+            uint b_6 = naga_div(_e15, 8u);
+            uint _e18 = j_1;
+            uint m_4 = naga_mod(_e18, 8u);
+            uint h_5 = naga_div(m_4, 4u);
+            uint _e23 = group(b_6, nb_1);
+            metal::uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_4, wq, _buffer_sizes);
+            metal::uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_4, wq, _buffer_sizes);
+            metal::uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_4, wq, _buffer_sizes);
+            metal::uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_4, wq, _buffer_sizes);
+            metal::float2 _e33 = sz8_(rr_1.x, rb_6, _e23, h_5, wq, _buffer_sizes);
+            metal::float2 _e35 = sz8_(rr_1.y, rb_6, _e23, h_5, wq, _buffer_sizes);
+            metal::float2 _e37 = sz8_(rr_1.z, rb_6, _e23, h_5, wq, _buffer_sizes);
+            metal::float2 _e39 = sz8_(rr_1.w, rb_6, _e23, h_5, wq, _buffer_sizes);
+            metal::float4 sc4_ = metal::float4(_e33.x, _e35.x, _e37.x, _e39.x);
+            metal::float4 z4_ = metal::float4(_e33.y, _e35.y, _e37.y, _e39.y);
+            uint _e50 = j_1;
+            XQ _e51 = xq(_e50, xv, p, _buffer_sizes);
+            f = metal::float4 {};
+            sx = float {};
+            if ((_e51.h.x & 2139095040u) != 2139095040u) {
+                float dh = as_type<float>(_e51.h.x);
+                metal::int3 q_2 = as_type<metal::int3>(metal::uint3(1262485504u) - _e51.h.yzw) >> metal::uint3(3u);
+                sx = static_cast<float>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(q_2.x) * as_type<uint>(65536))) + as_type<uint>(as_type<int>(as_type<uint>(q_2.y) * as_type<uint>(256))))) + as_type<uint>(q_2.z))) * (dh * 0.00390625);
+                float _e87 = q4i8_(_e25, _e51);
+                float _e88 = q4i8_(_e27, _e51);
+                float _e89 = q4i8_(_e29, _e51);
+                float _e90 = q4i8_(_e31, _e51);
+                f = dh * metal::float4(_e87, _e88, _e89, _e90);
+            } else {
+                uint _e93 = j_1;
+                X8_ _e94 = x8_(_e93, xv, _buffer_sizes);
+                sx = metal::dot(((_e94.x0_ + _e94.x1_) + (_e94.x2_ + _e94.x3_)) + ((_e94.x4_ + _e94.x5_) + (_e94.x6_ + _e94.x7_)), metal::float4(1.0));
+                metal::float4 _e113 = q4row(_e25, _e94);
+                metal::float4 _e116 = q4row(_e27, _e94);
+                metal::float4 _e119 = q4row(_e29, _e94);
+                metal::float4 _e122 = q4row(_e31, _e94);
+                f = metal::float4(metal::dot(_e113, NIB_POS), metal::dot(_e116, NIB_POS), metal::dot(_e119, NIB_POS), metal::dot(_e122, NIB_POS));
+            }
+            metal::float4 _e126 = a_1;
+            metal::float4 _e127 = f;
+            float _e129 = sx;
+            a_1 = _e126 + ((sc4_ * _e127) + (z4_ * _e129));
+        }
+    }
+    metal::float4 _e136 = a_1;
+    return _e136;
+}
+
+metal::float4 partial1_(
+    uint row0_1,
+    uint lid_3,
+    device type_2 const& wq,
+    device type_5 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 a_2 = metal::float4(0.0);
+    uint j_2 = {};
+    uint rb_7 = p.row_bytes;
+    uint nb_2 = naga_div(rb_7, 136u);
+    uint _e9 = p.o;
+    uint last = _e9 - 1u;
+    metal::uint4 rr_2 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint _e24 = p.reserved0_;
+    if (_e24 == 1u) {
+        metal::float4 _e27 = partial1_i8_(rr_2, lid_3, wq, xv, p, _buffer_sizes);
+        return _e27;
+    }
+    j_2 = lid_3;
+    bool loop_init_7 = true;
+    while(true) {
+        if (!loop_init_7) {
+            uint _e195 = j_2;
+            j_2 = _e195 + WG;
+        }
+        loop_init_7 = false;
+        uint _e32 = j_2;
+        if (_e32 < (8u * nb_2)) {
+        } else {
+            break;
+        }
+        {
+            uint _e36 = j_2;
+            uint b_7 = naga_div(_e36, 8u);
+            uint _e39 = j_2;
+            uint pp_3 = naga_mod(_e39, 8u);
+            uint _e42 = group(b_7, nb_2);
+            Items4_ _e43 = items4_(rr_2, rb_7, b_7, pp_3, _e42, wq, _buffer_sizes);
+            uint xi_1 = naga_div((256u * b_7) + (8u * pp_3), 4u);
+            metal::float4 xa0_1 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb0_1 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa1_1 = xv[metal::min(unsigned(xi_1 + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb1_1 = xv[metal::min(unsigned(xi_1 + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa2_ = xv[metal::min(unsigned(xi_1 + 32u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb2_ = xv[metal::min(unsigned(xi_1 + 33u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xa3_ = xv[metal::min(unsigned(xi_1 + 48u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            metal::float4 xb3_ = xv[metal::min(unsigned(xi_1 + 49u), (_buffer_sizes.size1 - 0 - 16) / 16)];
             metal::float4 one = metal::float4(1.0);
             float sx0_ = metal::dot((xa0_1 + xb0_1) + (xa1_1 + xb1_1), one);
             float sx1_ = metal::dot((xa2_ + xb2_) + (xa3_ + xb3_), one);
-            float _e97 = q4a16_(_e37.v0_.x, _e37.v0_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            float _e102 = q4a16_(_e37.v1_.x, _e37.v1_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            float _e107 = q4a16_(_e37.v2_.x, _e37.v2_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            float _e112 = q4a16_(_e37.v3_.x, _e37.v3_.y, xa0_1, xb0_1, xa1_1, xb1_1);
-            metal::float4 f0_ = metal::float4(_e97, _e102, _e107, _e112);
-            float _e118 = q4a16_(_e37.v0_.z, _e37.v0_.w, xa2_, xb2_, xa3_, xb3_);
-            float _e123 = q4a16_(_e37.v1_.z, _e37.v1_.w, xa2_, xb2_, xa3_, xb3_);
-            float _e128 = q4a16_(_e37.v2_.z, _e37.v2_.w, xa2_, xb2_, xa3_, xb3_);
-            float _e133 = q4a16_(_e37.v3_.z, _e37.v3_.w, xa2_, xb2_, xa3_, xb3_);
-            metal::float4 f1_ = metal::float4(_e118, _e123, _e128, _e133);
-            metal::float2 _e137 = sz(_e37.h0_, 0u);
-            metal::float2 _e140 = sz(_e37.h1_, 0u);
-            metal::float2 _e143 = sz(_e37.h2_, 0u);
-            metal::float2 _e146 = sz(_e37.h3_, 0u);
-            metal::float2 _e149 = sz(_e37.h0_, 1u);
-            metal::float2 _e152 = sz(_e37.h1_, 1u);
-            metal::float2 _e155 = sz(_e37.h2_, 1u);
-            metal::float2 _e158 = sz(_e37.h3_, 1u);
-            metal::float4 sc0_ = metal::float4(_e137.x, _e140.x, _e143.x, _e146.x);
-            metal::float4 z0_ = metal::float4(_e137.y, _e140.y, _e143.y, _e146.y);
-            metal::float4 sc1_ = metal::float4(_e149.x, _e152.x, _e155.x, _e158.x);
-            metal::float4 z1_ = metal::float4(_e149.y, _e152.y, _e155.y, _e158.y);
-            metal::float4 _e179 = a;
-            a = _e179 + ((sc0_ * f0_) + (z0_ * sx0_));
-            metal::float4 _e184 = a;
-            a = _e184 + ((sc1_ * f1_) + (z1_ * sx1_));
+            float _e103 = q4a16_(_e43.v0_.x, _e43.v0_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e108 = q4a16_(_e43.v1_.x, _e43.v1_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e113 = q4a16_(_e43.v2_.x, _e43.v2_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            float _e118 = q4a16_(_e43.v3_.x, _e43.v3_.y, xa0_1, xb0_1, xa1_1, xb1_1);
+            metal::float4 f0_ = metal::float4(_e103, _e108, _e113, _e118);
+            float _e124 = q4a16_(_e43.v0_.z, _e43.v0_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e129 = q4a16_(_e43.v1_.z, _e43.v1_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e134 = q4a16_(_e43.v2_.z, _e43.v2_.w, xa2_, xb2_, xa3_, xb3_);
+            float _e139 = q4a16_(_e43.v3_.z, _e43.v3_.w, xa2_, xb2_, xa3_, xb3_);
+            metal::float4 f1_ = metal::float4(_e124, _e129, _e134, _e139);
+            metal::float2 _e143 = sz(_e43.h0_, 0u);
+            metal::float2 _e146 = sz(_e43.h1_, 0u);
+            metal::float2 _e149 = sz(_e43.h2_, 0u);
+            metal::float2 _e152 = sz(_e43.h3_, 0u);
+            metal::float2 _e155 = sz(_e43.h0_, 1u);
+            metal::float2 _e158 = sz(_e43.h1_, 1u);
+            metal::float2 _e161 = sz(_e43.h2_, 1u);
+            metal::float2 _e164 = sz(_e43.h3_, 1u);
+            metal::float4 sc0_ = metal::float4(_e143.x, _e146.x, _e149.x, _e152.x);
+            metal::float4 z0_ = metal::float4(_e143.y, _e146.y, _e149.y, _e152.y);
+            metal::float4 sc1_ = metal::float4(_e155.x, _e158.x, _e161.x, _e164.x);
+            metal::float4 z1_ = metal::float4(_e155.y, _e158.y, _e161.y, _e164.y);
+            metal::float4 _e185 = a_2;
+            a_2 = _e185 + ((sc0_ * f0_) + (z0_ * sx0_));
+            metal::float4 _e190 = a_2;
+            a_2 = _e190 + ((sc1_ * f1_) + (z1_ * sx1_));
         }
     }
-    metal::float4 _e192 = a;
-    return _e192;
+    metal::float4 _e198 = a_2;
+    return _e198;
 }
 
 struct main_Input {
@@ -604,7 +869,7 @@ struct main_Input {
 , device type_5 const& xv [[buffer(2)]]
 , device type_6& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_13& red
+, threadgroup type_14& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_7 acc = {};
@@ -640,13 +905,13 @@ struct main_Input {
         red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
         red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
     } else {
-        bool loop_init_7 = true;
+        bool loop_init_8 = true;
         while(true) {
-            if (!loop_init_7) {
+            if (!loop_init_8) {
                 uint _e65 = k;
                 k = _e65 + 1u;
             }
-            loop_init_7 = false;
+            loop_init_8 = false;
             uint _e49 = k;
             if (_e49 < 16u) {
             } else {
@@ -662,13 +927,13 @@ struct main_Input {
             }
         }
         partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-        bool loop_init_8 = true;
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_8) {
+            if (!loop_init_9) {
                 uint _e82 = k_1;
                 k_1 = _e82 + 1u;
             }
-            loop_init_8 = false;
+            loop_init_9 = false;
             uint _e69 = k_1;
             if (_e69 < 4u) {
             } else {
@@ -685,13 +950,13 @@ struct main_Input {
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     uint kk = lid >> 3u;
     if (kk < 4u) {
-        bool loop_init_9 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_9) {
+            if (!loop_init_10) {
                 uint _e109 = m;
                 m = _e109 + 1u;
             }
-            loop_init_9 = false;
+            loop_init_10 = false;
             uint _e91 = m;
             if (_e91 < 16u) {
             } else {
@@ -710,13 +975,13 @@ struct main_Input {
     red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_10 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_10) {
+            if (!loop_init_11) {
                 uint _e132 = m_1;
                 m_1 = _e132 + 1u;
             }
-            loop_init_10 = false;
+            loop_init_11 = false;
             uint _e119 = m_1;
             if (_e119 < 8u) {
             } else {
@@ -729,12 +994,12 @@ struct main_Input {
                 v = _e122 + _e129;
             }
         }
-        uint row_2 = row0_2 + naga_div(lid, S);
+        uint row_4 = row0_2 + naga_div(lid, S);
         uint _e139 = p.o;
-        if (row_2 < _e139) {
+        if (row_4 < _e139) {
             uint _e146 = p.o;
             float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_2), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_4), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
             return;
         } else {
             return;

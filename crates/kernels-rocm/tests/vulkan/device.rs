@@ -250,8 +250,58 @@ fn an_fp8_nan_code_poisons_its_row() {
     }
 }
 
-/// int4-row and int4-g64 at S = 1 on packed int8 activations (`dot4I8Packed`), against the oracle and
-/// the f32 path: a block with one outlier and a block of tiny values (both take the f32
+/// Every E4M3 code but NaN decodes exactly on the S = 1 path (binary16 decode: the 14
+/// subnormal codes become binary16 subnormals, which a driver that flushed them in
+/// unpack2x16float would zero) and the general one: row 0 holds all 254 codes, row 1 only
+/// the subnormal ones, so a flush or a wrong bit shows on its own.
+#[test]
+fn every_fp8_code_decodes_exactly() {
+    use quant_core::oracle::{reference_gemm, worst_error};
+    let Some(b) = backend() else { return };
+    let mut rng = Rng::new(11);
+    let (rows, cols) = (3, 256);
+    let t = encode(
+        Format::Fp8E4m3B128,
+        rows,
+        cols,
+        &weights(&mut rng, rows, cols),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    let mut w = t.weights.clone();
+    for i in 0..cols {
+        let code = i as u8;
+        // Every code but the two NaNs (those become zeros of either sign).
+        w[i] = if code & 0x7F == 0x7F {
+            code & 0x80
+        } else {
+            code
+        };
+        // Subnormals only: 0x01..0x07 and 0x81..0x87.
+        w[cols + i] = (1 + (i % 7) as u8) | if i % 2 == 1 { 0x80 } else { 0 };
+    }
+    let t = quant_core::EncodedTensor::from_parts(
+        t.format,
+        rows,
+        cols,
+        w,
+        t.scales.clone(),
+        Some(t.rotation_seed),
+    )
+    .unwrap();
+    let d = b.upload(&t.view()).unwrap();
+    for s in [1usize, 2] {
+        let x = activations(&mut rng, s, cols);
+        let r = reference_gemm(&t.view(), &x, s);
+        let y = b.gemv(&d, &x, s).unwrap();
+        let e = worst_error(&y, &r).error;
+        eprintln!("fp8 every code, S={s}: error {e:.2e}");
+        assert!(e <= 1e-6, "S={s}: {e:e} (outputs {y:?})");
+    }
+}
+
+/// int4-row, int4-g64 and the affine256 formats at S = 1 on packed int8 activations
+/// (`dot4I8Packed`), against the oracle and the f32 path: a block with one outlier and a block of tiny values (both take the f32
 /// path inside the packed kernel), a large value that stays packed, rows not 16-byte aligned.
 #[test]
 fn int4_s1_packed_int8_activations_match_the_oracle() {
@@ -271,9 +321,23 @@ fn int4_s1_packed_int8_activations_match_the_oracle() {
     assert!(!b.uses_int8_activations(Format::Int4Row, 2));
     assert!(!b.uses_int8_activations(Format::Int8Row, 1));
     assert!(b.uses_int8_activations(Format::Int4G64, 1) == i.integer_dot_product);
-    for format in [Format::Int4Row, Format::Int4G64] {
+    for format in [
+        Format::Int4Row,
+        Format::Int4G64,
+        Format::Hfq4G256,
+        Format::Mq4G256V2,
+        Format::Mq4cG256,
+    ] {
+        assert!(b.uses_int8_activations(format, 1) == i.integer_dot_product);
         let mut rng = Rng::new(21);
-        let (rows, cols) = (70, 320);
+        // The affine256 formats take whole 256-weight blocks; 3 of them (408 bytes) leave
+        // every other row 8 but not 16 bytes aligned.
+        let cols = if matches!(format, Format::Int4Row | Format::Int4G64) {
+            320
+        } else {
+            768
+        };
+        let rows = 70;
         let t = encode(
             format,
             rows,
