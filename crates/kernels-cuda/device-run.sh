@@ -4,7 +4,8 @@
 #   bash .device/run.sh test     conformance suite (GEMV, GEMM, MoE), then the three mutation
 #                                runs on the GEMV, the GEMM and the MoE GEMV (each must fail)
 #   bash .device/run.sh bench    bench_gemv (with $TUNINGS), bench_gemm, then the torch anchors
-#                                (SKIP_GEMM=1 / SKIP_ANCHORS=1 leave those out)
+#                                (SKIP_GEMM=1 leaves out bench_gemm and the cuBLAS GEMM
+#                                anchor, SKIP_ANCHORS=1 the torch anchors)
 #   bash .device/run.sh matrix   `xtask test-matrix --backend cuda` (docs/BACKENDS.md column)
 #   bash .device/run.sh all      test, bench, matrix (mind the 10-minute call limit)
 # Several stages may be given: `bash .device/run.sh test bench`. Every step has its own
@@ -60,9 +61,43 @@ if has bench; then
   OUT="$OUT" timeout 120 python3 .device/anchor_gpu.py > "$OUT/anchor_gpu.log" 2>&1
   echo "anchor_gpu rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/anchor_gpu.log"
+  if [ -z "${SKIP_GEMM:-}" ]; then
   OUT="$OUT" timeout 90 python3 .device/anchor_gemm.py "${GEMM_BATCHES:-512}" > "$OUT/anchor_gemm.log" 2>&1
   echo "anchor_gemm rc=$?" | tee -a "$OUT/summary.txt"
   cat "$OUT/anchor_gemm.log"
+  fi
+  fi
+fi
+if [[ " $stages " == *" diag "* ]]; then
+  # Diagnostics (not part of `all`): bench_gemv with $DIAG_TUNINGS at S = 1 and
+  # $DIAG16_TUNINGS at S = 16 on $DIAG_SHAPES, then, where ncu exists, one profile each of
+  # the 16-row GEMV of int4-row and int8-row at S = 1 on [6144 x 16384].
+  echo "== diag"
+  { which ncu nsys; nvidia-smi -q -d CLOCK | head -40; } > "$OUT/diag_env.txt" 2>&1
+  mkdir -p "$OUT/d1" "$OUT/d16"
+  start=$(date +%s)
+  OUT="$OUT/d1" timeout 150 .device/bench_gemv --batches 1 --shapes "${DIAG_SHAPES:-6144x16384,4096x14336}" \
+    --tunings "${DIAG_TUNINGS:-default,diag1,diag2}" ${DIAG_ARGS:-} > "$OUT/diag_s1.md" 2> "$OUT/diag_s1.log"
+  echo "diag bench S=1 rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+  cat "$OUT/diag_s1.md"
+  if [ -n "${DIAG16_TUNINGS:-}" ]; then
+    start=$(date +%s)
+    OUT="$OUT/d16" timeout 120 .device/bench_gemv --batches 16 --shapes "${DIAG_SHAPES:-6144x16384,4096x14336}" \
+      --tunings "$DIAG16_TUNINGS" ${DIAG_ARGS:-} > "$OUT/diag_s16.md" 2> "$OUT/diag_s16.log"
+    echo "diag bench S=16 rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+    cat "$OUT/diag_s16.md"
+  fi
+  if command -v ncu > /dev/null; then
+    for f in ${NCU_FORMATS:-int4-row int8-row}; do
+      start=$(date +%s)
+      timeout 45 ncu -k regex:gemv_mma -s 3 -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats \
+        .device/bench_gemv --quick --batches 1 --shapes 6144x16384 --formats "$f" > "$OUT/ncu_$f.txt" 2>&1
+      echo "ncu $f rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+      grep -vE "^\[|^\|" "$OUT/ncu_$f.txt" | tail -120
+    done
+  else
+    echo "no ncu on this machine" | tee -a "$OUT/summary.txt"
   fi
 fi
 if has matrix; then

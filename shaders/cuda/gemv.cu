@@ -795,20 +795,30 @@ TS_DEV void mma16816(const u32 (&a)[L][4], const u32 (&b)[L][2], float (&c)[L][4
 }
 
 // Streamed weight loads: read once, so they bypass L1 (the activations keep it).
+// -DTS_L2PF=<128|256> adds the L2 prefetch-size hint (`.L2::128B` / `.L2::256B`): L2 fetches
+// that many bytes around each miss from DRAM, so neighbouring lanes' and warps' requests meet
+// lines already on their way.
+#if defined(TS_L2PF) && TS_L2PF == 256
+#define TS_LDS "ld.global.nc.L1::no_allocate.L2::256B"
+#elif defined(TS_L2PF) && TS_L2PF == 128
+#define TS_LDS "ld.global.nc.L1::no_allocate.L2::128B"
+#else
+#define TS_LDS "ld.global.nc.L1::no_allocate"
+#endif
 template <int NW>
 TS_DEV void ld_stream(const u8* p, u32 (&v)[NW]) {
 #ifdef TS_HOST
     for (int k = 0; k < NW; ++k) v[k] = *reinterpret_cast<const u32*>(p + 4 * k);
 #else
     if constexpr (NW == 4) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        asm volatile(TS_LDS ".v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                      : "l"(p));
     } else if constexpr (NW == 2) {
-        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+        asm volatile(TS_LDS ".v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
     } else {
         static_assert(NW == 1, "4, 8 or 16 bytes");
-        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v[0]) : "l"(p));
+        asm volatile(TS_LDS ".u32 %0, [%1];" : "=r"(v[0]) : "l"(p));
     }
 #endif
 }
@@ -879,6 +889,22 @@ struct MmaDepth {
 #endif
 };
 
+// Bytes of one row that a lane's pipeline stage holds in the tensor-core GEMV
+// (-DTS_MMA_STAGE, a multiple of the chunk): U = TS_MMA_STAGE / CBT k-blocks a stage. A
+// smaller stage with a deeper ring keeps the same registers but refills a slot sooner (the
+// slot is reloaded only once its stage has been decoded and multiplied).
+#ifndef TS_MMA_STAGE
+#define TS_MMA_STAGE 32
+#endif
+
+// Diagnostic builds (-DTS_DIAG, never the default; the results are wrong by design):
+// 1: the weight decode is replaced by the raw word (loads, x loads and MMAs stay);
+// 2: weights and scales are loaded with the same pattern and pipeline, and only XORed into
+//    the accumulator (no x loads, no decode, no MMA): the kernel's pure streaming rate.
+#ifndef TS_DIAG
+#define TS_DIAG 0
+#endif
+
 // Independent accumulator chains of the tensor-core GEMV's k-block (-DTS_MMA_CHAINS): at
 // small S a k-block's MMAs all feed one n8 tile, so with one chain each waits for the last.
 template <int S>
@@ -930,6 +956,11 @@ struct MmaFmt {
 // pairs 2j (k slots 2t, 2t+1) and 2j + 1 (k slots 2t+8, 2t+9).
 template <int FMT>
 TS_DEV void mma_decode(u32 w, u32 (&p)[MmaFmt<FMT>::PW]) {
+#if TS_DIAG == 1
+#pragma unroll
+    for (int k = 0; k < MmaFmt<FMT>::PW; ++k) p[k] = w;
+    return;
+#endif
     if constexpr (MmaFmt<FMT>::NIBBLES) {
 #ifdef TS_MUTATE_SWAP_NIBBLES
         w = ((w & 0x0F0F0F0Fu) << 4) | ((w >> 4) & 0x0F0F0F0Fu);
@@ -1095,12 +1126,13 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
         NT = MmaShape<S>::NT,
         NW = CBT / 4,            // weight words per lane and row
         NXW = CBT * F::CPB / 2,  // activation words (f16x2) per lane and B row
-        U = 32 / CBT,            // k-blocks a stage: 2 rows * CBT * U = 64 bytes a lane
+        U = TS_MMA_STAGE / CBT,  // k-blocks a stage: 2 rows * CBT * U bytes a lane (64 by default)
         KB_COLS = 4 * CBT * F::CPB,
         SCALED = !F::ROW_SCALE,
         CH = MmaChains<S>::CH,
         NCLS = MmaClasses<FMT, GS, CBT>::N,
     };
+    static_assert(U >= 1 && TS_MMA_STAGE % CBT == 0, "a stage is whole chunks");
     static_assert(GS == 0 || GS % (KB_COLS / NCLS) == 0, "a k-block class must sit inside one group");
     static_assert(NCLS == 1 || (KB_COLS % NCLS == 0 && 2 * S * NCLS <= 8 && (4 % NCLS) == 0),
                   "group classes need 2 S N <= 8 free B columns");
@@ -1111,19 +1143,29 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
 #pragma unroll
             for (int q = 0; q < 4; ++q) acc[l][nt][q] = 0.0f;
     const i64 nkb = mma_kblocks<FMT, CBT>(a);
-    const i64 stride = (i64)nwarps * U;
+    // The warp's k-blocks: interleaved (warp, warp + nwarps, ...: the block's warps read
+    // neighbouring bytes of a row at once), or with -DTS_MMA_CONTIG one contiguous range of
+    // whole stages per warp (each warp streams its own run of every row).
+#ifdef TS_MMA_CONTIG
+    const i64 per = (nkb + (i64)nwarps * U - 1) / ((i64)nwarps * U) * U;
+    const i64 kbeg = (i64)warp * per, kend = kbeg + per < nkb ? kbeg + per : nkb;
+    const i64 ustep = 1, stride = U;
+#else
+    const i64 kbeg = warp, kend = nkb;
+    const i64 ustep = nwarps, stride = (i64)nwarps * U;
+#endif
 
     auto load = [&](i64 kb0, u32 (&w)[U][L][2][NW], u32 (&r)[U][L][2][F::NR]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const i64 kb = kb0 + (i64)u * nwarps;
+            const i64 kb = kb0 + (i64)u * ustep;
 #pragma unroll
             for (int l = 0; l < L; ++l) {
                 const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = r0 + g + 8 * h;
-                    if (kb < nkb && row < a.O) {
+                    if (kb < kend && row < a.O) {
                         if constexpr (F::AFFINE) {
                             // The 136-byte blocks are only 8-byte aligned, so a lane's chunk is
                             // two 8-byte loads; taken as bytes 8t and 32 + 8t of the quad's 64,
@@ -1148,7 +1190,7 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                     if constexpr (SCALED) {
                         // With group classes, lane t folds the C columns of class t / S.
                         const int cls = NCLS > 1 ? t / S : 0;
-                        if (kb < nkb && cls < NCLS) {
+                        if (kb < kend && cls < NCLS) {
                             mma_scale_raw<FMT, GS, CBT>(a, r0, row, kb, r[u][l][h], cls);
                         } else {
 #pragma unroll
@@ -1161,10 +1203,31 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     };
 
     auto compute = [&](i64 kb0, const u32 (&w)[U][L][2][NW], const u32 (&r)[U][L][2][F::NR]) {
+#if TS_DIAG == 2
+        (void)kb0;
+#pragma unroll
+        for (int l = 0; l < L; ++l) {
+            u32 v = 0;
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                    for (int k = 0; k < NW; ++k) v ^= w[u][l][h][k];
+                    // (Row-scaled formats load no scale words: r is not set there.)
+                    if constexpr (SCALED) {
+#pragma unroll
+                        for (int k = 0; k < F::NR; ++k) v ^= r[u][l][h][k];
+                    }
+                }
+            acc[l][0][0] += as_f(v & 0x3F7FFFFFu);
+        }
+        return;
+#endif
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const i64 kb = kb0 + (i64)u * nwarps;
-            if (kb >= nkb) break;  // uniform across the warp
+            const i64 kb = kb0 + (i64)u * ustep;
+            if (kb >= kend) break;  // uniform across the warp
             u32 xv[L][NT][NXW];
 #pragma unroll
             for (int l = 0; l < L; ++l) {
@@ -1296,21 +1359,21 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     // flight, and its registers are refilled (D stages ahead) as soon as it is consumed.
     // Loads past the row's last k-block are skipped (the load guards each k-block).
     enum { D = MmaDepth<S>::D };
-    if (warp >= nkb) return;
+    if (kbeg >= kend) return;
     u32 wv[D][U][L][2][NW];
     u32 sr[D][U][L][2][F::NR];
 #pragma unroll
-    for (int d = 0; d < D; ++d) load(warp + d * stride, wv[d], sr[d]);
+    for (int d = 0; d < D; ++d) load(kbeg + d * stride, wv[d], sr[d]);
     // Programmatic dependent launch: the first stages' weights and scales (never written by a
     // kernel) are in flight; the activations may come from the previous kernel.
     pdl_wait();
-    for (i64 kb0 = warp; kb0 < nkb; kb0 += D * stride) {
+    for (i64 kb0 = kbeg; kb0 < kend; kb0 += D * stride) {
 #pragma unroll
         for (int d = 0; d < D; ++d) {
             const i64 k = kb0 + d * stride;
-            if (k >= nkb) break;  // uniform across the warp
+            if (k >= kend) break;  // uniform across the warp
             compute(k, wv[d], sr[d]);
-            if (k + D * stride < nkb) load(k + D * stride, wv[d], sr[d]);
+            if (k + D * stride < kend) load(k + D * stride, wv[d], sr[d]);
         }
     }
 }

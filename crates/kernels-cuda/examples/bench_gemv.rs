@@ -11,17 +11,25 @@
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
 //!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores] [--resident]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
-//! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both); `rows` (the 16-row
+//! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
+//! hint, 8-warp blocks everywhere); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
+//! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
+//! builds, wrong results by design); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
 //! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
-//! blocks>`, `x` for the source's default; see `kernels_cuda::Tuning`); `--cuda-cores` adds
+//! blocks>[u<stage bytes>][p<L2 prefetch bytes, 0 for none>][c]` (the 16-row GEMV; `x` for
+//! the source's default, `c` one contiguous k range per warp; see `kernels_cuda::Tuning`).
+//! Every row also times the same launches captured once into a CUDA graph and replayed
+//! ("us graph": the GPU time without the host's enqueue rate); `--cuda-cores` adds
 //! the CUDA-core kernel where the tensor cores serve the shape. Prints a markdown table;
 //! with $OUT set also writes $OUT/bench_gemv.json. Without a GPU it prints "skipped: ..."
 //! and exits 0.
 
 mod bench_common;
 
-use bench_common::{check_head, copy_bandwidth, fail, parse_shapes, time, time_queued_host};
+use bench_common::{
+    check_head, copy_bandwidth, fail, parse_shapes, time, time_graph, time_queued_host,
+};
 use kernels_cuda::{CudaBackend, DeviceTensor, KernelPath, Tuning};
 use quant_core::testdata::{Rng, activations, weights};
 use quant_core::{EncodeOptions, Format, encode};
@@ -62,12 +70,44 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
     }
+    // "diag1" / "diag2": diagnostic builds of the 16-row GEMV (decode replaced by the raw
+    // word / weights only streamed); their results are wrong by design.
+    if let Some(d) = name.strip_prefix("diag") {
+        let t = Tuning {
+            diag: d
+                .parse()
+                .map_err(|_| format!("tuning {name}: expected diag1 or diag2"))?,
+            tiles_from_s: Some(0),
+            ..Tuning::default()
+        };
+        t.check()?;
+        return Ok(t);
+    }
     // "nopdl": plain launches; "noclass": int4-g32/g64 in their own chunk at small S;
     // "base": both (the session-3 kernels and launches).
     if name == "nopdl" || name == "noclass" || name == "base" {
         return Ok(Tuning {
             pdl: name == "noclass",
             mma_classes: name == "nopdl",
+            mma_l2_prefetch: if name == "base" { 0 } else { 128 },
+            mma_small_grid_warps: if name == "base" { None } else { Some(12) },
+            ..Tuning::default()
+        });
+    }
+    // "nopf": without the L2 prefetch hint of the 16-row GEMV's weight loads (session 4's
+    // default kernel).
+    if name == "nopf" {
+        return Ok(Tuning {
+            mma_l2_prefetch: 0,
+            ..Tuning::default()
+        });
+    }
+    // "nowide": 8-warp blocks on small grids too; "s4": neither the prefetch hint nor the
+    // wide small-grid blocks (session 4's default).
+    if name == "nowide" || name == "s4" {
+        return Ok(Tuning {
+            mma_small_grid_warps: None,
+            mma_l2_prefetch: if name == "s4" { 0 } else { 128 },
             ..Tuning::default()
         });
     }
@@ -116,10 +156,23 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
         t.check()?;
         return Ok(t);
     }
-    let bad = || format!("tuning {name}: expected default, rows, t..., or w<n>d<n|x>b<n|x>");
+    // w<warps>d<depth|x>b<min blocks|x>[u<stage bytes>][p<L2 prefetch bytes>][c]: the 16-row
+    // tensor-core GEMV with these knobs (`x`: the source's default; `c`: contiguous k ranges).
+    let bad = || {
+        format!("tuning {name}: expected default, rows, t..., or w<n>d<n|x>b<n|x>[u<n>][p<n>][c]")
+    };
     let rest = name.strip_prefix('w').ok_or_else(bad)?;
-    let (w, rest) = rest.split_once('d').ok_or_else(bad)?;
-    let (d, b) = rest.split_once('b').ok_or_else(bad)?;
+    let mut t = Tuning {
+        tiles_from_s: Some(0),
+        ..Tuning::default()
+    };
+    let mut fields: Vec<(char, String)> = vec![('w', String::new())];
+    for c in rest.chars() {
+        match (c.is_ascii_digit() || c == 'x', fields.last_mut()) {
+            (true, Some((_, v))) => v.push(c),
+            _ => fields.push((c, String::new())),
+        }
+    }
     let opt = |v: &str| -> Result<Option<u32>, String> {
         if v == "x" {
             Ok(None)
@@ -127,14 +180,17 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             v.parse().map(Some).map_err(|_| bad())
         }
     };
-    // w...: the 16-row tensor-core GEMV with these knobs.
-    let t = Tuning {
-        mma_warps: w.parse().map_err(|_| bad())?,
-        mma_depth: opt(d)?,
-        mma_min_blocks: opt(b)?,
-        tiles_from_s: Some(0),
-        ..Tuning::default()
-    };
+    for (k, v) in &fields {
+        match k {
+            'w' => t.mma_warps = opt(v)?.ok_or_else(bad)?,
+            'd' => t.mma_depth = opt(v)?,
+            'b' => t.mma_min_blocks = opt(v)?,
+            'u' => t.mma_stage = opt(v)?,
+            'p' => t.mma_l2_prefetch = opt(v)?.unwrap_or(0),
+            'c' if v.is_empty() => t.mma_contig = true,
+            _ => return Err(bad()),
+        }
+    }
     t.check()?;
     Ok(t)
 }
@@ -191,6 +247,9 @@ struct Row {
     queued: f64,
     /// Host seconds per launch while queueing them.
     host: f64,
+    /// Seconds per launch of the same launches captured once into a CUDA graph and
+    /// replayed (NaN where the capture failed).
+    graph: f64,
     bytes: usize,
     check: f64,
 }
@@ -310,7 +369,17 @@ fn main() {
                         time_queued_host(&b, opts.reps, |k| launch(k, &mut y))
                             .map(|(q, h)| (secs, q, h))
                     });
-                    let (secs, queued, host) = match timed {
+                    let timed = timed.map(|(secs, q, h)| {
+                        let graph = time_graph(&b, opts.reps, 5, |k| launch(k, &mut y))
+                            .unwrap_or_else(|e| {
+                                eprintln!(
+                                    "[{rows} x {cols}] {format} S={s} {path_name}: graph: {e}"
+                                );
+                                f64::NAN
+                            });
+                        (secs, q, h, graph)
+                    });
+                    let (secs, queued, host, graph) = match timed {
                         Ok(t) => t,
                         Err(e) => {
                             eprintln!("[{rows} x {cols}] {format} S={s} {path_name}: FAILED: {e}");
@@ -332,6 +401,7 @@ fn main() {
                         secs,
                         queued,
                         host,
+                        graph,
                         bytes: ws[0].stored_bytes(),
                         check,
                     };
@@ -350,13 +420,13 @@ fn main() {
     }
     println!();
     println!(
-        "| shape | format | S | kernel | us | weight GB/s | % of copy | us queued | % of copy queued | host us / launch | max err (128 rows) |"
+        "| shape | format | S | kernel | us | weight GB/s | % of copy | us queued | % of copy queued | host us / launch | us graph | % of copy graph | max err (128 rows) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &results {
         let gbps = r.bytes as f64 / r.secs / 1e9;
         println!(
-            "| {} x {} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.1e} |",
+            "| {} x {} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {:.1} | {:.0}% | {:.1} | {:.1} | {:.0}% | {:.1e} |",
             r.rows,
             r.cols,
             r.format,
@@ -368,6 +438,8 @@ fn main() {
             r.queued * 1e6,
             100.0 * (r.bytes as f64 / r.queued / 1e9) / copy,
             r.host * 1e6,
+            r.graph * 1e6,
+            100.0 * (r.bytes as f64 / r.graph / 1e9) / copy,
             r.check
         );
     }
@@ -379,7 +451,7 @@ fn main() {
         );
         for (k, r) in results.iter().enumerate() {
             json.push_str(&format!(
-                "  {{\"O\": {}, \"I\": {}, \"format\": \"{}\", \"S\": {}, \"kernel\": \"{}\", \"us\": {}, \"us_queued\": {}, \"host_us_per_launch\": {}, \"bytes\": {}, \"GBps\": {}, \"max_err_head\": {}}}{}\n",
+                "  {{\"O\": {}, \"I\": {}, \"format\": \"{}\", \"S\": {}, \"kernel\": \"{}\", \"us\": {}, \"us_queued\": {}, \"host_us_per_launch\": {}, \"us_graph\": {}, \"bytes\": {}, \"GBps\": {}, \"max_err_head\": {}}}{}\n",
                 r.rows,
                 r.cols,
                 r.format,
@@ -388,6 +460,7 @@ fn main() {
                 r.secs * 1e6,
                 r.queued * 1e6,
                 r.host * 1e6,
+                if r.graph.is_finite() { format!("{}", r.graph * 1e6) } else { "null".into() },
                 r.bytes,
                 r.bytes as f64 / r.secs / 1e9,
                 if r.check.is_finite() { format!("{}", r.check) } else { "null".into() },

@@ -67,6 +67,26 @@ pub struct Tuning {
     /// Independent accumulator chains of the tensor-core GEMV's k-block
     /// (`TS_MMA_CHAINS`, 1 or 2); `None`: the source's default per S.
     pub mma_chains: Option<u32>,
+    /// Bytes of a row in one pipeline stage of a tensor-core GEMV lane (`TS_MMA_STAGE`,
+    /// 16, 32 or 64); `None`: the source's default (32).
+    pub mma_stage: Option<u32>,
+    /// Each warp of a tensor-core GEMV block takes one contiguous range of the row's
+    /// k-blocks (`TS_MMA_CONTIG`) instead of every `mma_warps`-th one.
+    pub mma_contig: bool,
+    /// L2 prefetch-size hint of the 16-row tensor-core GEMV's weight loads in bytes
+    /// (`TS_L2PF`: 128 or 256); 0: none (session 4's kernel). Default 128: on the H200 it
+    /// took fp8 / int8-row S = 1 at [6144 x 16384] from 75% to 84-85% of the copy bandwidth
+    /// (docs/CUDA.md, session 5).
+    pub mma_l2_prefetch: u32,
+    /// Warps per block of the 16-row tensor-core GEMV at S <= 4 on grids of at most two
+    /// blocks a SM (O <= 32 SMs), with 2 blocks a SM (the same register cap); `None`:
+    /// `mma_warps` everywhere (session 4). Applies only while `mma_warps` and
+    /// `mma_min_blocks` are at their defaults ([`crate::layout::rows_tuning`]).
+    pub mma_small_grid_warps: Option<u32>,
+    /// Diagnostic tensor-core GEMV builds (`TS_DIAG`): 0 (the default) is the real kernel;
+    /// 1 replaces the weight decode by the raw word, 2 only streams the weights and scales.
+    /// Both give wrong results on purpose: benchmarks use them to split where time goes.
+    pub diag: u32,
     /// n8 tiles of B columns per GEMM block (`TS_GEMM_NT`), for 2-part (`Split`)
     /// activations, and for 1-part ones.
     pub gemm_nt_split: u32,
@@ -106,6 +126,11 @@ impl Default for Tuning {
             mma_depth: None,
             mma_min_blocks: None,
             mma_chains: None,
+            mma_stage: None,
+            mma_contig: false,
+            mma_l2_prefetch: 128,
+            mma_small_grid_warps: Some(12),
+            diag: 0,
             mma_classes: true,
             pdl: true,
             gemm_nt_split: 8,
@@ -128,6 +153,12 @@ impl Tuning {
             && self.mma_depth.is_none_or(|d| (1..=6).contains(&d))
             && self.mma_min_blocks.is_none_or(|b| (1..=8).contains(&b))
             && self.mma_chains.is_none_or(|c| (1..=2).contains(&c))
+            && self.mma_stage.is_none_or(|b| [16, 32, 64].contains(&b))
+            && self.diag <= 2
+            && [0, 128, 256].contains(&self.mma_l2_prefetch)
+            && self
+                .mma_small_grid_warps
+                .is_none_or(|w| (1..=16).contains(&w))
             && [1, 2, 4, 8].contains(&self.gemm_nt_split)
             && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
             && (2..=8).contains(&self.gemm_stages)
@@ -238,6 +269,18 @@ impl ModuleKey {
                 }
                 if let Some(c) = t.mma_chains {
                     o.push(format!("-DTS_MMA_CHAINS={c}"));
+                }
+                if let Some(b) = t.mma_stage {
+                    o.push(format!("-DTS_MMA_STAGE={b}"));
+                }
+                if t.mma_contig {
+                    o.push("-DTS_MMA_CONTIG".to_string());
+                }
+                if t.mma_l2_prefetch != 0 {
+                    o.push(format!("-DTS_L2PF={}", t.mma_l2_prefetch));
+                }
+                if t.diag != 0 {
+                    o.push(format!("-DTS_DIAG={}", t.diag));
                 }
                 if t.pdl {
                     o.push("-DTS_PDL".to_string());

@@ -309,7 +309,17 @@ impl CudaBackend {
             Ok((ctx, major, minor, name))
         }));
         let (ctx, major, minor, name) = opened.map_err(|p| unavailable(panic_text(p)))??;
-        let stream = ctx.default_stream();
+        // One non-blocking stream of our own, not the legacy default stream: a legacy stream
+        // cannot be captured into a CUDA graph, and it serialises against every other stream
+        // of the process. Every launch and copy of the backend goes through this one stream,
+        // so stream order alone orders them, and cudarc's per-slice event tracking (which
+        // `new_stream` switches on) would only add an event record to every use.
+        // SAFETY: the backend uses this single stream for every allocation, copy, launch and
+        // free, so no slice is used on, or freed from, another stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(CudaError::driver("creating the backend's stream"))?;
         let sms = ctx
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -440,18 +450,22 @@ impl CudaBackend {
         for &f in formats {
             for &s in batches {
                 if let Ok(cap) = caps::lookup(Op::Gemv, f, s) {
-                    let mut builds = vec![(Build::Gemv, &self.tuning)];
+                    let mut builds = vec![(Build::Gemv, self.tuning.clone())];
                     for t in tunings {
-                        builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t)));
-                        // The group-class chunk where S allows it (any row of whole 64-byte
-                        // k-blocks takes it).
-                        builds.extend(cap.mma.and_then(|m| {
-                            let c = caps::rows_chunk(cap.kernel, m, s, 64);
-                            (t.mma_classes && c != m).then_some((Build::GemvMma(c), t))
-                        }));
+                        // The small-grid twin of the tuning (layout::rows_tuning), if any.
+                        let small = layout::rows_tuning(t, 1, s, self.sms);
+                        for t in [t, &*small] {
+                            builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t.clone())));
+                            // The group-class chunk where S allows it (any row of whole
+                            // 64-byte k-blocks takes it).
+                            builds.extend(cap.mma.and_then(|m| {
+                                let c = caps::rows_chunk(cap.kernel, m, s, 64);
+                                (t.mma_classes && c != m).then_some((Build::GemvMma(c), t.clone()))
+                            }));
+                        }
                         builds.extend(cap.mma.map(|m| {
                             let nt = layout::gemv_tiles(m.chunk_bytes, false, s).nt as u32;
-                            (Build::GemvTiles { mma: m, nt }, t)
+                            (Build::GemvTiles { mma: m, nt }, t.clone())
                         }));
                     }
                     for (b, t) in builds {
@@ -461,7 +475,7 @@ impl CudaBackend {
                         } else {
                             s
                         };
-                        let key = self.key_tuned(cap.kernel, b, s, t);
+                        let key = self.key_tuned(cap.kernel, b, s, &t);
                         if !keys.contains(&key) {
                             keys.push(key);
                         }
@@ -750,9 +764,12 @@ impl CudaBackend {
             m
         };
         {
-            let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, tuning))?;
+            let blocks = layout::mma_grid_blocks(w.rows)?;
+            // Small grids: wider blocks (layout::rows_tuning).
+            let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
+            let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;
             let cfg = LaunchConfig {
-                grid_dim: (layout::mma_grid_blocks(w.rows)?, 1, 1),
+                grid_dim: (blocks, 1, 1),
                 block_dim: (32 * tuning.mma_warps, 1, 1),
                 shared_mem_bytes: 0,
             };

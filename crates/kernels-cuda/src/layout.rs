@@ -12,6 +12,7 @@
 //! with quant-core's own FWHT (the same transform `api::rotate_activations` applies), before
 //! the upload, so the kernels never see a rotation.
 
+use crate::compile::Tuning;
 use crate::error::CudaError;
 use quant_core::{Format, Rotation};
 
@@ -105,6 +106,35 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
 /// Columns one `tile_prep` block splits (gemv.cu `TS_PREP_COLS`): its grid is
 /// (ceil(x_stride / PREP_COLS), padded S).
 pub const PREP_COLS: usize = 2048;
+
+/// The tuning the 16-row GEMV of `blocks` blocks at batch `s` runs with on a device of
+/// `sms` SMs: `tuning` itself, or, where it asks for it (`Tuning::mma_small_grid_warps`)
+/// and the grid has at most two blocks a SM at S <= 4, that many warps a block with 2
+/// blocks a SM. A one-wave grid of 8-warp blocks leaves such SMs with 16 warps or fewer in
+/// flight; 12 took [4096 x 14336] fp8 / int8-row S = 1 from 21.6 / 21.3 to 19.5 / 19.4 us
+/// queued on the H200, and lost 1-8 us on the larger grids (docs/CUDA.md, session 5).
+pub fn rows_tuning(
+    tuning: &Tuning,
+    blocks: u32,
+    s: usize,
+    sms: usize,
+) -> std::borrow::Cow<'_, Tuning> {
+    match tuning.mma_small_grid_warps {
+        Some(w)
+            if s <= 4
+                && (blocks as usize) <= 2 * sms
+                && tuning.mma_warps == MMA_WARPS
+                && tuning.mma_min_blocks.is_none() =>
+        {
+            std::borrow::Cow::Owned(Tuning {
+                mma_warps: w,
+                mma_min_blocks: Some(2),
+                ..tuning.clone()
+            })
+        }
+        _ => std::borrow::Cow::Borrowed(tuning),
+    }
+}
 
 /// Whether the 16-row GEMV of `blocks` blocks takes a programmatic dependent launch on a
 /// device of `sms` SMs. Its early blocks fill the slots the previous kernel leaves free
@@ -425,6 +455,42 @@ mod tests {
         ] {
             let blocks = mma_grid_blocks(rows).unwrap();
             assert_eq!(pdl_pays(blocks, sms), pdl, "O = {rows}");
+        }
+    }
+
+    #[test]
+    fn small_grids_at_small_s_take_wide_blocks() {
+        let sms = 132;
+        let d = Tuning::default();
+        for (rows, s, wide) in [
+            (16, 1, true),
+            (4096, 1, true),
+            (4224, 4, true),
+            (4240, 1, false),
+            (6144, 1, false),
+            (4096, 5, false),
+            (4096, 16, false),
+        ] {
+            let t = rows_tuning(&d, mma_grid_blocks(rows).unwrap(), s, sms);
+            let want = if wide {
+                (12, Some(2))
+            } else {
+                (MMA_WARPS, None)
+            };
+            assert_eq!((t.mma_warps, t.mma_min_blocks), want, "O = {rows}, S = {s}");
+        }
+        // Off, or other warps asked for: the tuning as it is.
+        for t in [
+            Tuning {
+                mma_small_grid_warps: None,
+                ..Tuning::default()
+            },
+            Tuning {
+                mma_warps: 4,
+                ..Tuning::default()
+            },
+        ] {
+            assert_eq!(*rows_tuning(&t, 1, 1, sms), t);
         }
     }
 

@@ -63,11 +63,14 @@ fn backend() -> Option<&'static CudaBackend> {
     }
 }
 
-/// The backend's tuning without group classes and programmatic dependent launch.
+/// The backend's tuning without group classes, programmatic dependent launch, the L2
+/// prefetch hint and the wide small-grid blocks (session 3's kernel, still selectable).
 fn plain_rows(b: &CudaBackend) -> Tuning {
     Tuning {
         mma_classes: false,
         pdl: false,
+        mma_l2_prefetch: 0,
+        mma_small_grid_warps: None,
         ..b.tuning().clone()
     }
 }

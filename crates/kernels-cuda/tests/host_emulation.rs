@@ -337,7 +337,30 @@ impl Emulator {
 
 #[test]
 fn every_format_matches_the_oracle() {
-    let Some(emu) = Emulator::get("clean", &[]) else {
+    every_format_matches_the_oracle_with("clean", &[]);
+}
+
+/// The 16-row tensor-core GEMV's optional schedules: 16-byte pipeline stages four deep
+/// (`Tuning::mma_stage`: one k-block a stage instead of two) and one contiguous range of
+/// k-blocks per warp (`Tuning::mma_contig`) instead of every warps-th k-block.
+#[test]
+fn every_format_matches_the_oracle_with_other_schedules() {
+    every_format_matches_the_oracle_with(
+        "stage16",
+        &["TS_MMA_STAGE=16", "TS_MMA_DEPTH=4", "TS_MMA_CONTIG"],
+    );
+}
+
+/// The 16-row tensor-core GEMV with 12 warps a block (small grids at S <= 4,
+/// `Tuning::mma_small_grid_warps`): k-blocks split over a number of warps that does not
+/// divide them.
+#[test]
+fn every_format_matches_the_oracle_with_12_warps() {
+    every_format_matches_the_oracle_with("warps12", &["TS_MMA_WARPS=12"]);
+}
+
+fn every_format_matches_the_oracle_with(tag: &str, defines: &[&str]) {
+    let Some(emu) = Emulator::get(tag, defines) else {
         return;
     };
     let seed = run_seed();

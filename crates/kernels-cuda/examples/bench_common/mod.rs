@@ -102,6 +102,63 @@ pub fn time_queued_host(
     Ok((gpu, host))
 }
 
+/// Seconds per call of `n` calls of `f` captured once into a CUDA graph (on the backend's
+/// own stream) and replayed: the GPU time of the same work without the host's enqueue rate,
+/// which bounds the queued figure wherever a launch takes less GPU time than the host needs
+/// to enqueue it. The median over `replays` replays, each bracketed by events. `f` is called
+/// once outside the capture first, so modules are loaded and lazily allocated buffers exist
+/// before the capture (neither may happen inside it).
+pub fn time_graph(
+    b: &CudaBackend,
+    n: usize,
+    replays: usize,
+    mut f: impl FnMut(usize) -> Result<(), CudaError>,
+) -> Result<f64, CudaError> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let stream: &Arc<CudaStream> = b.stream();
+    f(0)?;
+    stream.synchronize().map_err(drv("warm-up"))?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(drv("begin capture"))?;
+    let mut captured = Ok(());
+    for k in 0..n {
+        captured = f(1 + k);
+        if captured.is_err() {
+            break;
+        }
+    }
+    // The capture is ended even when a launch failed, so the stream stays usable.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    captured?;
+    let graph = graph
+        .map_err(drv("end capture"))?
+        .ok_or_else(|| CudaError::Driver {
+            during: "end capture",
+            detail: "no graph was captured".into(),
+        })?;
+    graph.upload().map_err(drv("graph upload"))?;
+    graph.launch().map_err(drv("graph launch"))?;
+    stream.synchronize().map_err(drv("graph warm-up"))?;
+    let mut ts = Vec::with_capacity(replays);
+    for _ in 0..replays {
+        let a = b
+            .context()
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("event"))?;
+        let e = b
+            .context()
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("event"))?;
+        a.record(stream).map_err(drv("event record"))?;
+        graph.launch().map_err(drv("graph launch"))?;
+        e.record(stream).map_err(drv("event record"))?;
+        stream.synchronize().map_err(drv("graph replay"))?;
+        ts.push(a.elapsed_ms(&e).map_err(drv("event time"))? as f64 * 1e-3 / n as f64);
+    }
+    Ok(median(ts))
+}
+
 /// Device-to-device copy bandwidth, 2 x 1 GiB / t.
 pub fn copy_bandwidth(b: &CudaBackend, reps: usize) -> Result<f64, CudaError> {
     let n = 1usize << 30;
