@@ -22,6 +22,8 @@
 // without it, or before sm_90, both are no-ops.
 
 #define TS_BLOCK 1024
+// The most warps an attention_rope block may have when it splits the positions (`split`).
+#define TS_ATT_WARPS 8
 #define TS_NEG_INF __int_as_float(0xff800000)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TS_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
@@ -109,28 +111,36 @@ __device__ void norm_rope_head(float* head, int hd, const float* __restrict__ nw
     __syncthreads();
 }
 
-// Grid: nh blocks (query heads), one token at position `pos`. q [nh * hd], knew and vnew
+// Grid: nh blocks (query heads), one token at position `pos` = *pos_p, read from device
+// memory (the host writes it before each step) so the launch's arguments do not change
+// from step to step and a CUDA graph captured once replays every step; the grid does not
+// depend on the position either (each block loops over the positions). A position outside
+// [0, cap) makes the launch a no-op (the host checks it first). q [nh * hd], knew and vnew
 // [kvw] as q_proj / k_proj / v_proj wrote them (slices of one fused output); kc / vc
 // [cap, kvw] with kvw = nkv * hd. Each block normalises (Qwen3: qn / kn, [hd]; null for
 // Llama) and rotates its q head and its group's k head in shared memory; the first block of
 // each group writes the rotated k and the new v into the caches' row `pos`, which no block
 // of this launch reads (each reads its own k copy and vnew for position pos), so there is
 // no race. Then softmax over the pos + 1 positions (scores: scratch [nh, cap]) and
-// out[h * hd + d] = sum_j p_j v_j[d].
+// out[h * hd + d] = sum_j p_j v_j[d]: each thread one d over every j (split = 0), or the
+// j split over the warps and the partial sums added in shared memory (split = 1).
 extern "C" __global__ void attention_rope(const float* __restrict__ q,
                                           const float* __restrict__ knew,
                                           const float* __restrict__ vnew, float* __restrict__ kc,
                                           float* __restrict__ vc,
                                           float* __restrict__ scores, float* __restrict__ out,
-                                          int hd, int group, int kvw, int pos, int cap,
+                                          int hd, int group, int kvw, const int* __restrict__ pos_p, int cap,
                                           float scale, const float* __restrict__ qn,
                                           const float* __restrict__ kn, float eps,
                                           const float* __restrict__ inv_freq, int half,
-                                          float af) {
+                                          float af, int split) {
     TS_PDL_ENTER();
+    const int pos = *pos_p;
+    if (pos < 0 || pos >= cap) return;  // uniform over the block: before any barrier
     __shared__ float red[32];
     __shared__ float qs[1024];
     __shared__ float ks[1024];
+    __shared__ float part[TS_ATT_WARPS * 1024];  // split: the warps' partial outputs
     const int h = blockIdx.x, g = h / group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
@@ -171,11 +181,36 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     }
     sum = block_sum(sum, red);  // its leading __syncthreads orders the p[j] writes too
     const float inv = 1.0f / sum;
+    if (!split) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            const float* vd = vc + (size_t)g * hd + d;
+            float acc = 0.f;
+            for (int j = 0; j < pos; ++j) acc += (p[j] * inv) * vd[(size_t)j * kvw];
+            acc += (p[pos] * inv) * vn[d];
+            out[(size_t)h * hd + d] = acc;
+        }
+        return;
+    }
+    // split (blockDim.x <= 32 * TS_ATT_WARPS): the positions j = warp, warp + warps, ...
+    // go to the warps, the dims d = lane + 32 i to the lanes, so a thread's loads do not
+    // wait on each other and many are in flight at once (the loop above waits on one
+    // position's row after another, slow when the cache has left L2); the warps' partial
+    // sums meet in shared memory.
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+        const int d = d0 + lane;
+        if (d < hd) {
+            const float* vd = vc + (size_t)g * hd + d;
+            float acc = 0.f;
+#pragma unroll 4
+            for (int j = warp; j < pos; j += warps) acc += (p[j] * inv) * vd[(size_t)j * kvw];
+            if (warp == pos % warps) acc += (p[pos] * inv) * vn[d];
+            part[warp * hd + d] = acc;
+        }
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        const float* vd = vc + (size_t)g * hd + d;
         float acc = 0.f;
-        for (int j = 0; j < pos; ++j) acc += (p[j] * inv) * vd[(size_t)j * kvw];
-        acc += (p[pos] * inv) * vn[d];
+        for (int w = 0; w < warps; ++w) acc += part[w * hd + d];
         out[(size_t)h * hd + d] = acc;
     }
 }

@@ -5,10 +5,13 @@
 //! `cargo run --release -p engine --features cuda --example resident_bench -- MODEL_DIR
 //!  [--tokens 64] [--reps 64]`
 //!
-//! It prints the launches per step (GEMVs, their activation splits, the rest). For
-//! before/after figures in one run: `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as
-//! separate GEMVs, `TESSERA_RESIDENT_PDL=0` launches the decode kernels without
-//! programmatic dependent launch.
+//! It prints the launches per step (GEMVs, their activation splits, the rest), and times
+//! the decode both with the kernels launched one by one and with each step one CUDA graph
+//! replay (whatever `TESSERA_CUDA_GRAPH` says). For before/after figures in one run:
+//! `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as separate GEMVs,
+//! `TESSERA_RESIDENT_PDL=0` launches the decode kernels without programmatic dependent
+//! launch, `TESSERA_RESIDENT_ATTN=serial` runs attention without splitting the positions
+//! over its warps.
 
 use engine::{BackendChoice, LoadOptions, Model, ModelSource};
 
@@ -41,41 +44,62 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     println!("resident path: {}", m.resident());
-    let prompt = [1u32, 2, 3];
-    for round in 0..3 {
-        let g = m.generate_with(&prompt, tokens, false)?;
-        let n = g.tokens.len().saturating_sub(1);
+    if let Some((uploaded, read)) = m.resident_weight_bytes()? {
         println!(
-            "round {round}: decode {n} tokens in {:.2} ms = {:.1} tokens/s (prefill {:.2} ms)",
-            g.decode_secs * 1e3,
-            n as f64 / g.decode_secs,
-            g.prefill_secs * 1e3
+            "weight bytes: {:.3} GB on the device, {:.3} GB read per decode step",
+            uploaded as f64 / 1e9,
+            read as f64 / 1e9
         );
     }
+    let prompt = [1u32, 2, 3];
+    // Launched one by one, then as one CUDA graph replay a step (the state's first step
+    // runs eagerly and its second captures the graph, both inside the decode timing).
+    for graph in [false, true] {
+        m.set_cuda_graph(graph);
+        let mode = if graph { "graph" } else { "eager" };
+        for round in 0..3 {
+            let g = m.generate_with(&prompt, tokens, false)?;
+            let n = g.tokens.len().saturating_sub(1);
+            println!(
+                "{mode} round {round}: decode {n} tokens in {:.2} ms = {:.1} tokens/s \
+                 (prefill {:.2} ms)",
+                g.decode_secs * 1e3,
+                n as f64 / g.decode_secs,
+                g.prefill_secs * 1e3
+            );
+        }
+    }
+    println!("graph replays: {}", m.resident_graph_replays().unwrap_or(0));
     if let Some(p) = m.resident_profile(reps)? {
         let n = p.launches;
         println!(
-            "launches per step: {} kernels ({} GEMVs + {} activation splits + {} other) + {} \
-             copy; decode kernels with programmatic dependent launch: {}",
+            "launches per step: eager {} kernels ({} GEMVs + {} activation splits + {} other) \
+             + {} copies; graph 1 graph launch + {} copies; decode kernels with programmatic \
+             dependent launch: {}; attention positions split over warps: {}",
             n.kernels(),
             n.gemv,
             n.prep,
             n.other,
             n.copies,
-            p.pdl
+            n.copies,
+            p.pdl,
+            p.attention_split
         );
-        println!(
-            "profile over {reps} steps (no read-back), us per step (host enqueue time of it): \
-             all {:.1} ({:.1}) = {:.1} tokens/s; GEMVs alone {:.1} ({:.1}); the rest alone \
-             (norms, attention with RoPE, SwiGLU, argmax, embedding upload) {:.1} ({:.1})",
-            p.step_s * 1e6,
-            p.step_enqueue_s * 1e6,
-            1.0 / p.step_s,
-            p.gemv_only_s * 1e6,
-            p.gemv_enqueue_s * 1e6,
-            p.other_only_s * 1e6,
-            p.other_enqueue_s * 1e6
-        );
+        for (mode, t) in [("eager", p.eager), ("graph", p.graph)] {
+            println!(
+                "{mode} profile over {reps} steps (no read-back), us per step (host enqueue \
+                 time of it): all {:.1} ({:.1}) = {:.1} tokens/s; GEMVs alone {:.1} ({:.1}); \
+                 the rest alone (norms, attention with RoPE, SwiGLU, argmax) {:.1} ({:.1}); \
+                 both with the embedding and position uploads",
+                t.step_s * 1e6,
+                t.step_enqueue_s * 1e6,
+                1.0 / t.step_s,
+                t.gemv_only_s * 1e6,
+                t.gemv_enqueue_s * 1e6,
+                t.other_only_s * 1e6,
+                t.other_enqueue_s * 1e6
+            );
+        }
     }
     for line in m.summary() {
         println!("{line}");

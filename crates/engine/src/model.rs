@@ -421,12 +421,35 @@ impl Model {
             }
         }
 
-        // Make resident exactly what the table covers; the rest runs on the CPU, counted.
+        #[cfg(feature = "cuda")]
+        let all_fused =
+            !layer_paths.is_empty() && layer_paths.iter().all(|p| *p == LayerPath::Fused);
+        // The resident path's fused q/k/v and gate/up tensors (crate::fuse), uploaded
+        // before the backend lends its tensors out below. The resident path reads only
+        // those, so the separate tensors they concatenate are not uploaded too (the
+        // op-by-op `forward` of such a model runs them on the CPU, counted as fallbacks).
+        #[cfg(feature = "cuda")]
+        let fused_slots = match &graph {
+            Graph::Llama(g) if all_fused && backend.cuda().is_some() => {
+                crate::resident::fuse_layers(g, &weights, backend.as_mut())?
+            }
+            Graph::Llama(_) | Graph::Deepseek(_) => Vec::new(),
+        };
+        #[cfg(feature = "cuda")]
+        let not_uploaded: std::collections::HashSet<String> = match &graph {
+            Graph::Llama(g) => crate::resident::fused_parts(g, &fused_slots),
+            Graph::Deepseek(_) => Default::default(),
+        };
+        #[cfg(not(feature = "cuda"))]
+        let not_uploaded: std::collections::HashSet<String> = Default::default();
+
+        // Make resident exactly what the table covers (and the resident path reads); the
+        // rest runs on the CPU, counted.
         if !backend.is_cpu() {
             let mut all = graph.linears_mut();
             all.push(&mut lm_head);
             for lin in all {
-                if covers(table, lin.r.format) {
+                if covers(table, lin.r.format) && !not_uploaded.contains(&lin.r.name) {
                     let t = weights.qtensor(&lin.r)?;
                     let slot = backend.upload(&t).map_err(|source| EngineError::Backend {
                         backend: backend.name().to_string(),
@@ -437,18 +460,6 @@ impl Model {
             }
         }
 
-        #[cfg(feature = "cuda")]
-        let all_fused =
-            !layer_paths.is_empty() && layer_paths.iter().all(|p| *p == LayerPath::Fused);
-        // The resident path's fused q/k/v and gate/up tensors (crate::fuse), uploaded
-        // before the backend lends its tensors out below.
-        #[cfg(feature = "cuda")]
-        let fused_slots = match &graph {
-            Graph::Llama(g) if all_fused && backend.cuda().is_some() => {
-                crate::resident::fuse_layers(g, &weights, backend.as_mut())?
-            }
-            Graph::Llama(_) | Graph::Deepseek(_) => Vec::new(),
-        };
         #[cfg(feature = "cuda")]
         let resident = match (&graph, backend.cuda()) {
             (Graph::Llama(g), Some((dev, tensors))) if all_fused => {
@@ -623,6 +634,38 @@ impl Model {
             .map(crate::resident::Resident::launches)
     }
 
+    /// Turns the resident path's CUDA graph replay on or off (default:
+    /// [`crate::resident::graph_default`]); the tokens are the same either way. Returns
+    /// whether the model takes the resident path (nothing to turn otherwise).
+    #[cfg(feature = "cuda")]
+    pub fn set_cuda_graph(&self, on: bool) -> bool {
+        self.resident.as_ref().map(|r| r.set_graph(on)).is_some()
+    }
+
+    /// Weight bytes on the device (every uploaded tensor) and weight bytes one resident
+    /// decode step reads; `None` when the model does not take the resident path. Equal when
+    /// nothing is uploaded that the path does not read.
+    #[cfg(feature = "cuda")]
+    pub fn resident_weight_bytes(&self) -> Result<Option<(usize, usize)>> {
+        let (Some(res), Some((_, tensors))) = (&self.resident, self.backend.cuda()) else {
+            return Ok(None);
+        };
+        let uploaded = tensors
+            .iter()
+            .try_fold(0usize, |acc, t| acc.checked_add(t.stored_bytes()))
+            .ok_or_else(|| EngineError::Input("weight bytes overflow".into()))?;
+        Ok(Some((uploaded, res.weight_bytes(tensors)?)))
+    }
+
+    /// Decode steps the resident path ran as CUDA graph replays so far; `None` when the
+    /// model does not take that path.
+    #[cfg(feature = "cuda")]
+    pub fn resident_graph_replays(&self) -> Option<u64> {
+        self.resident
+            .as_ref()
+            .map(crate::resident::Resident::graph_replays)
+    }
+
     /// Whether generation takes the device-resident path.
     pub fn resident(&self) -> bool {
         #[cfg(feature = "cuda")]
@@ -687,8 +730,9 @@ impl Model {
         })
     }
 
-    /// Times the resident path's decode step (all operations, GEMVs only, the rest only)
-    /// over `reps` steps; `None` when the model does not take that path.
+    /// Times the resident path's decode step (all operations, GEMVs only, the rest only;
+    /// launched one by one and as graph replays) over `reps` steps; `None` when the model
+    /// does not take that path.
     #[cfg(feature = "cuda")]
     pub fn resident_profile(
         &self,

@@ -4,7 +4,17 @@
 //! and attention, o_proj, residual add fused into the next RMSNorm, one gate/up GEMV,
 //! SwiGLU, down; then the final norm, the LM head and the argmax) with no host
 //! synchronisation until the 4-byte token id (and, when asked, the logits) comes back. The
-//! embedding row is decoded on the host and uploaded (hidden floats a token).
+//! embedding row is decoded on the host and uploaded (hidden floats a token), and so is the
+//! position (one int), which the attention kernel reads from device memory.
+//!
+//! Since no kernel argument changes from one step to the next, a generation's second step
+//! captures its launches into a CUDA graph (everything from the embedding row's arrival to
+//! the argmax), and each later step is the two uploads, one graph launch and the read-back:
+//! one host call instead of ~390 launches of 3-6 us each. The graph belongs to the
+//! generation's [`ResidentState`] (its arguments point into that state's buffers and the
+//! GEMVs' scratch, which nothing reallocates while the generation runs, since it alone uses
+//! the backend). `TESSERA_CUDA_GRAPH=0` or [`Resident::set_graph`] launches the same kernels
+//! one by one instead.
 //!
 //! The fused q/k/v and gate/up tensors are built at load ([`fuse_layers`], through
 //! [`crate::fuse::concat_rows`]) where the registry says the concatenation equals the
@@ -25,9 +35,12 @@ use crate::error::{EngineError, Result};
 use crate::llama::LlamaGraph;
 use crate::model::Linear;
 use crate::weights::Weights;
-use kernels_cuda::cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DriverError};
+use kernels_cuda::cudarc::driver::{
+    CudaGraph, CudaSlice, CudaStream, CudaViewMut, DriverError, sys,
+};
 use kernels_cuda::resident::{AttentionShape, DecodeKernels, RopeArgs};
 use kernels_cuda::{CudaBackend, CudaError, DeviceTensor};
+use std::cell::Cell;
 use std::sync::Arc;
 
 fn err(e: CudaError) -> EngineError {
@@ -92,8 +105,23 @@ pub fn fusion_enabled() -> bool {
     std::env::var("TESSERA_RESIDENT_UNFUSED").map_or(true, |v| v != "1")
 }
 
+/// The container names of the tensors `fused` concatenates: the resident path never reads
+/// them apart, so the loader does not upload them.
+pub fn fused_parts(g: &LlamaGraph, fused: &[FusedSlots]) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    for (l, f) in g.layers.iter().zip(fused) {
+        if f.qkv.is_some() {
+            out.extend([&l.q, &l.k, &l.v].map(|x| x.r.name.clone()));
+        }
+        if f.gate_up.is_some() {
+            out.extend([&l.gate, &l.up].map(|x| x.r.name.clone()));
+        }
+    }
+    out
+}
+
 /// Row-concatenates and uploads each layer's q/k/v and gate/up where [`crate::fuse`]
-/// admits it (the separate tensors stay uploaded for the op-by-op forward pass).
+/// admits it (the loader then leaves the separate tensors on the host: [`fused_parts`]).
 pub fn fuse_layers(
     g: &LlamaGraph,
     weights: &Weights,
@@ -143,7 +171,7 @@ pub struct Launches {
     pub prep: usize,
     /// The decode kernels: norms, attention, SwiGLU, bias adds, argmax.
     pub other: usize,
-    /// Host-to-device copies (the embedding row).
+    /// Host-to-device copies (the embedding row, the position).
     pub copies: usize,
 }
 
@@ -156,7 +184,7 @@ impl Launches {
 
 /// Which operations a step enqueues. Every field true is the decode step; the others exist
 /// to time the GEMVs apart from the rest ([`Resident::profile`]).
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StepOps {
     pub gemv: bool,
     pub other: bool,
@@ -192,6 +220,32 @@ pub struct Resident {
     /// The launches of one step, counted once at construction by walking the layers as
     /// [`Resident::enqueue`] does (the profile line reports them).
     launches: Launches,
+    /// Whether [`Resident::step`] replays a CUDA graph of the step ([`graph_default`];
+    /// [`Resident::set_graph`]).
+    graph: Cell<bool>,
+    /// Graph replays so far (tests check that the graph path really ran).
+    replays: Cell<u64>,
+}
+
+/// Mutation tests only (`TESSERA_DECODE_MUTATE=stale-position`): the position is no longer
+/// written once the graph exists, as if it were baked into the graph; tests/gpu.rs must fail.
+fn stale_position() -> bool {
+    #[cfg(feature = "mutation-test")]
+    {
+        kernels_cuda::resident::DecodeMutation::from_env()
+            == Some(kernels_cuda::resident::DecodeMutation::StalePosition)
+    }
+    #[cfg(not(feature = "mutation-test"))]
+    {
+        false
+    }
+}
+
+/// Whether the decode step runs as a CUDA graph unless told otherwise:
+/// `TESSERA_CUDA_GRAPH=0` turns it off (the same kernels then launch one by one), so a
+/// bench can time both in one run; the tokens are the same.
+pub fn graph_default() -> bool {
+    std::env::var("TESSERA_CUDA_GRAPH").map_or(true, |v| v != "0")
 }
 
 /// One generation's device buffers: the residual stream, the padded GEMV inputs, the KV
@@ -199,6 +253,15 @@ pub struct Resident {
 pub struct ResidentState {
     cap: usize,
     len: usize,
+    /// The position of the step being run, [1]: written by the host before each step,
+    /// outside the graph, and read by the attention kernel (RoPE angle, cache row, length).
+    pos: CudaSlice<i32>,
+    /// The step captured as a CUDA graph (after one step run eagerly, so every buffer the
+    /// GEMVs keep is allocated and every kernel loaded), with the operations it holds.
+    /// Its kernels' arguments point into this state, so it lives and dies with it.
+    graph: Option<(StepOps, CudaGraph)>,
+    /// The operations of the last step run eagerly on this state (capture waits for one).
+    warmed: Option<StepOps>,
     x: CudaSlice<f32>,
     xn: CudaSlice<f32>,
     /// This token's q, k and v [nh * hd + 2 kvw] as the projections write them (the
@@ -371,6 +434,8 @@ impl Resident {
             attn_stride,
             act_stride,
             launches: Launches::default(),
+            graph: Cell::new(graph_default()),
+            replays: Cell::new(0),
         };
         r.launches = r.count_launches(tensors)?;
         Ok(r)
@@ -380,7 +445,7 @@ impl Resident {
     /// enqueued.
     fn count_launches(&self, tensors: &[DeviceTensor]) -> Result<Launches> {
         let mut n = Launches {
-            copies: 1,
+            copies: 2,
             ..Default::default()
         };
         let gemv = |lin: &DevLinear, n: &mut Launches| -> Result<()> {
@@ -408,9 +473,42 @@ impl Resident {
         Ok(n)
     }
 
-    /// Launches per decode step.
+    /// Launches per decode step when it runs eagerly (a graph replay is one launch of
+    /// these, after the same two copies).
     pub fn launches(&self) -> Launches {
         self.launches
+    }
+
+    /// Weight bytes (codes and sidecars) one step reads: every tensor the path multiplies
+    /// by, once.
+    pub fn weight_bytes(&self, tensors: &[DeviceTensor]) -> Result<usize> {
+        let mut lins: Vec<&DevLinear> = vec![&self.lm_head];
+        for l in &self.layers {
+            lins.extend(l.qkv.linears());
+            lins.extend(l.gate_up.linears());
+            lins.extend([&l.o, &l.down]);
+        }
+        lins.into_iter().try_fold(0usize, |acc, lin| {
+            let b = tensor(tensors, lin)?.stored_bytes();
+            acc.checked_add(b)
+                .ok_or_else(|| EngineError::Input("weight bytes overflow".into()))
+        })
+    }
+
+    /// Turns the CUDA graph replay of [`Resident::step`] on or off (from the next step on;
+    /// a state's graph is kept for when it is turned back on).
+    pub fn set_graph(&self, on: bool) {
+        self.graph.set(on);
+    }
+
+    /// Whether [`Resident::step`] replays a CUDA graph.
+    pub fn graph(&self) -> bool {
+        self.graph.get()
+    }
+
+    /// Graph replays so far, over every state.
+    pub fn graph_replays(&self) -> u64 {
+        self.replays.get()
     }
 
     /// Device buffers for a generation of up to `cap` positions.
@@ -427,6 +525,11 @@ impl Resident {
         Ok(ResidentState {
             cap,
             len: 0,
+            pos: s
+                .alloc_zeros::<i32>(1)
+                .map_err(driver("allocating the position"))?,
+            graph: None,
+            warmed: None,
             x: zeros(s, self.hidden)?,
             xn: zeros(s, self.hidden_stride)?,
             qkv: zeros(s, self.heads * self.head_dim + 2 * kvw)?,
@@ -495,8 +598,10 @@ impl Resident {
     }
 
     /// Runs one token (its embedding row `row`, [hidden]) at position `st.len()` through
-    /// every layer and the LM head, appending to the device cache. Returns the argmax id, and
-    /// the logits when `want_logits`. The only host synchronisation is the read-back.
+    /// every layer and the LM head, appending to the device cache: the state's CUDA graph
+    /// replayed when [`Resident::graph`] (captured on the state's second step), else the
+    /// kernels launched one by one. Returns the argmax id, and the logits when
+    /// `want_logits`. The only host synchronisation is the read-back.
     pub fn step(
         &self,
         dev: &CudaBackend,
@@ -505,7 +610,7 @@ impl Resident {
         row: &[f32],
         want_logits: bool,
     ) -> Result<(u32, Option<Vec<f32>>)> {
-        self.enqueue(dev, tensors, st, row, StepOps::ALL)?;
+        self.enqueue(dev, tensors, st, row, StepOps::ALL, self.graph.get())?;
         let s = dev.stream();
         let mut id = [0i32; 1];
         s.memcpy_dtoh(&st.id, &mut id[..])
@@ -527,7 +632,12 @@ impl Resident {
         Ok((tok, logits))
     }
 
-    /// Enqueues a step's operations (all of them, or only the GEMVs / only the rest).
+    /// Enqueues a step's operations (all of them, or only the GEMVs / only the rest): the
+    /// uploads of the embedding row and of the position, then the kernels, launched one by
+    /// one or, when `graph`, as one replay of the state's graph of `ops`. The graph is
+    /// captured on the first such step after a step of the same `ops` ran eagerly on this
+    /// state (that step allocates the GEMVs' scratch and loads their kernels, neither of
+    /// which may happen inside a capture); until then the step runs eagerly.
     pub fn enqueue(
         &self,
         dev: &CudaBackend,
@@ -535,6 +645,7 @@ impl Resident {
         st: &mut ResidentState,
         row: &[f32],
         ops: StepOps,
+        graph: bool,
     ) -> Result<()> {
         let pos = st.len;
         if pos >= st.cap {
@@ -550,7 +661,75 @@ impl Resident {
                 self.hidden
             )));
         }
+        let position = i32::try_from(pos)
+            .map_err(|_| EngineError::Input(format!("position {pos} exceeds 32 bits")))?;
         let s = dev.stream();
+        s.memcpy_htod(row, &mut st.x)
+            .map_err(driver("uploading the embedding row"))?;
+        if !(stale_position() && st.graph.is_some()) {
+            s.memcpy_htod(&[position], &mut st.pos)
+                .map_err(driver("uploading the position"))?;
+        }
+        if graph {
+            if st.graph.as_ref().is_some_and(|(o, _)| *o != ops) {
+                st.graph = None;
+            }
+            if st.graph.is_none() && st.warmed == Some(ops) {
+                let g = self.capture(dev, tensors, st, ops)?;
+                st.graph = Some((ops, g));
+            }
+        }
+        match (&st.graph, graph) {
+            (Some((_, g)), true) => {
+                g.launch()
+                    .map_err(driver("launching the decode step's graph"))?;
+                self.replays.set(self.replays.get().saturating_add(1));
+            }
+            (Some(_), false) | (None, true) | (None, false) => {
+                self.record(dev, tensors, st, ops)?;
+                st.warmed = Some(ops);
+            }
+        }
+        st.len = pos + 1;
+        Ok(())
+    }
+
+    /// Captures `ops` of a step on `st` into a CUDA graph (nothing runs). The capture is
+    /// thread-local: an allocation or a synchronisation on this thread while capturing
+    /// fails the capture instead of being recorded.
+    fn capture(
+        &self,
+        dev: &CudaBackend,
+        tensors: &[DeviceTensor],
+        st: &mut ResidentState,
+        ops: StepOps,
+    ) -> Result<CudaGraph> {
+        let s = dev.stream();
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver("beginning the decode step's graph capture"))?;
+        let recorded = self.record(dev, tensors, st, ops);
+        // The capture ends whatever happened, or the stream would stay in capture mode.
+        let ended = s.end_capture(sys::CUgraphInstantiate_flags(0));
+        recorded?;
+        let g = ended
+            .map_err(driver("ending the decode step's graph capture"))?
+            .ok_or_else(|| {
+                EngineError::Input("the decode step's graph capture recorded nothing".into())
+            })?;
+        g.upload()
+            .map_err(driver("uploading the decode step's graph"))?;
+        Ok(g)
+    }
+
+    /// Enqueues `ops` of one step on the stream, kernel by kernel: the inputs (the
+    /// embedding row in `x`, the position in `pos`) are already there or queued before.
+    fn record(
+        &self,
+        dev: &CudaBackend,
+        tensors: &[DeviceTensor],
+        st: &mut ResidentState,
+        ops: StepOps,
+    ) -> Result<()> {
         let k = &self.kernels;
         let (hd, nh, nkv) = (self.head_dim, self.heads, self.kv_heads);
         let kvw = nkv * hd;
@@ -560,9 +739,8 @@ impl Resident {
             head_dim: hd,
             cap: st.cap,
         };
-        s.memcpy_htod(row, &mut st.x)
-            .map_err(driver("uploading the embedding row"))?;
         let ResidentState {
+            pos,
             x,
             xn,
             qkv,
@@ -616,7 +794,7 @@ impl Resident {
                     &mut attn.slice_mut(..),
                     shape,
                     rope,
-                    pos + 1,
+                    pos,
                 )
                 .map_err(err)?;
             }
@@ -666,12 +844,12 @@ impl Resident {
         if ops.other {
             k.argmax(dev, logits, id).map_err(err)?;
         }
-        st.len = pos + 1;
         Ok(())
     }
 
-    /// Times `reps` steps of each kind (all operations; GEMVs only; everything else only)
-    /// on a scratch state, each batch synchronised once at its end: seconds per step.
+    /// Times `reps` steps of each kind (all operations; GEMVs only; everything else only),
+    /// launched one by one and as graph replays, each on a scratch state and synchronised
+    /// once at its end: seconds per step.
     pub fn profile(
         &self,
         dev: &CudaBackend,
@@ -680,16 +858,19 @@ impl Resident {
         reps: usize,
     ) -> Result<ResidentProfile> {
         // (seconds per step, of which the host spent enqueueing)
-        let time = |ops: StepOps| -> Result<(f64, f64)> {
-            let mut st = self.new_state(dev, reps + 1)?;
-            // One step first: kernels are compiled and loaded before the clock starts.
-            self.enqueue(dev, tensors, &mut st, row, ops)?;
+        let time = |ops: StepOps, graph: bool| -> Result<(f64, f64)> {
+            let mut st = self.new_state(dev, reps.saturating_add(2))?;
+            // Two steps first: kernels are compiled and loaded, and the graph captured,
+            // before the clock starts.
+            for _ in 0..2 {
+                self.enqueue(dev, tensors, &mut st, row, ops, graph)?;
+            }
             dev.stream()
                 .synchronize()
                 .map_err(driver("waiting for the profile"))?;
             let t = std::time::Instant::now();
             for _ in 0..reps {
-                self.enqueue(dev, tensors, &mut st, row, ops)?;
+                self.enqueue(dev, tensors, &mut st, row, ops, graph)?;
             }
             let queued = t.elapsed().as_secs_f64();
             dev.stream()
@@ -698,24 +879,37 @@ impl Resident {
             let n = reps.max(1) as f64;
             Ok((t.elapsed().as_secs_f64() / n, queued / n))
         };
-        let (step_s, step_enqueue_s) = time(StepOps::ALL)?;
-        let (gemv_only_s, gemv_enqueue_s) = time(StepOps {
-            gemv: true,
-            other: false,
-        })?;
-        let (other_only_s, other_enqueue_s) = time(StepOps {
-            gemv: false,
-            other: true,
-        })?;
+        let times = |graph: bool| -> Result<StepTimes> {
+            let (step_s, step_enqueue_s) = time(StepOps::ALL, graph)?;
+            let (gemv_only_s, gemv_enqueue_s) = time(
+                StepOps {
+                    gemv: true,
+                    other: false,
+                },
+                graph,
+            )?;
+            let (other_only_s, other_enqueue_s) = time(
+                StepOps {
+                    gemv: false,
+                    other: true,
+                },
+                graph,
+            )?;
+            Ok(StepTimes {
+                step_s,
+                gemv_only_s,
+                other_only_s,
+                step_enqueue_s,
+                gemv_enqueue_s,
+                other_enqueue_s,
+            })
+        };
         Ok(ResidentProfile {
             launches: self.launches,
             pdl: self.kernels.pdl(),
-            step_s,
-            gemv_only_s,
-            other_only_s,
-            step_enqueue_s,
-            gemv_enqueue_s,
-            other_enqueue_s,
+            attention_split: self.kernels.attention_split(),
+            eager: times(false)?,
+            graph: times(true)?,
         })
     }
 
@@ -724,22 +918,74 @@ impl Resident {
     }
 }
 
-/// Seconds per decode step on the resident path, and of its parts run alone.
+/// The resident path's decode step timed, launched one by one and as CUDA graph replays.
 #[derive(Copy, Clone, Debug)]
 pub struct ResidentProfile {
-    /// Launches per step (GEMVs, their activation splits, the rest, copies).
+    /// Launches per step run eagerly (GEMVs, their activation splits, the rest, copies); a
+    /// graph replay is one launch after the same copies.
     pub launches: Launches,
     /// Whether the decode kernels took programmatic dependent launches.
     pub pdl: bool,
+    /// Whether attention split the positions over its warps (`TESSERA_RESIDENT_ATTN`).
+    pub attention_split: bool,
+    /// The kernels launched one by one.
+    pub eager: StepTimes,
+    /// One graph replay a step.
+    pub graph: StepTimes,
+}
+
+/// Seconds per decode step on the resident path, and of its parts run alone.
+#[derive(Copy, Clone, Debug)]
+pub struct StepTimes {
     /// Every operation (no read-back).
     pub step_s: f64,
-    /// Only the GEMVs (4 per layer fused, 7 unfused, + the LM head; with their splits).
+    /// Only the GEMVs (4 per layer fused, 7 unfused, + the LM head; with their splits) and
+    /// the two uploads.
     pub gemv_only_s: f64,
-    /// Only the rest: norms, RoPE, attention, SwiGLU, argmax, the embedding upload.
+    /// Only the rest: norms, RoPE, attention, SwiGLU, argmax, and the two uploads.
     pub other_only_s: f64,
     /// Host time spent enqueueing (launch calls returning) in each of the three, per step:
     /// close to the total means the host's launch rate, not the GPU, sets the pace.
     pub step_enqueue_s: f64,
     pub gemv_enqueue_s: f64,
     pub other_enqueue_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Slot;
+    use crate::config::ModelConfig;
+
+    /// The loader skips exactly the parts of the groups that were fused, per layer.
+    #[test]
+    fn fused_parts_names_the_fused_groups_members_only() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/parity-llama");
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let cfg = ModelConfig::from_json("config.json", &text).unwrap();
+        let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+        let container = container_io::Container::open(dir.join("model.safetensors")).unwrap();
+        let w = Weights::new(container, json.as_ref());
+        let g = LlamaGraph::load(&cfg, &w).unwrap();
+        assert_eq!(g.layers.len(), 2);
+        let fused = [
+            FusedSlots {
+                qkv: Some(Slot(0)),
+                gate_up: None,
+            },
+            FusedSlots {
+                qkv: None,
+                gate_up: Some(Slot(1)),
+            },
+        ];
+        let got = fused_parts(&g, &fused);
+        let (l0, l1) = (&g.layers[0], &g.layers[1]);
+        let want: std::collections::HashSet<String> = [&l0.q, &l0.k, &l0.v, &l1.gate, &l1.up]
+            .iter()
+            .map(|l| l.r.name.clone())
+            .collect();
+        assert_eq!(got, want);
+        assert!(fused_parts(&g, &[]).is_empty());
+    }
 }

@@ -7,8 +7,12 @@
 //!
 //! Built with `--features mutation-test`, `TESSERA_DECODE_MUTATE=drop-rope` compiles the
 //! resident kernels without the RoPE rotation: the CUDA test must then fail (docs/ENGINE.md).
+//! `TESSERA_DECODE_MUTATE=stale-position` stops writing the position once the step's CUDA
+//! graph exists (as if it were baked into the graph): the test must fail too.
 //! `TESSERA_RESIDENT_UNFUSED=1` runs the resident path with q/k/v and gate/up as separate
-//! GEMVs (the path formats that cannot be row-concatenated take).
+//! GEMVs (the path formats that cannot be row-concatenated take). The resident path runs
+//! with its CUDA graph on and off (`TESSERA_CUDA_GRAPH` sets the first run's default);
+//! `TESSERA_RESIDENT_ATTN=serial` runs the attention kernel without splitting positions.
 
 mod common;
 use common::*;
@@ -80,6 +84,37 @@ fn compare(
             };
             eprintln!("{what}: launches per step {n:?}");
             assert_eq!(n.gemv, per_layer * layers + 1, "{what}: {n:?}");
+            // Only what the resident path reads is on the device (the fused tensors, not
+            // also the separate ones they concatenate).
+            let (uploaded, read) = gpu.2.resident_weight_bytes().unwrap().unwrap();
+            assert_eq!(
+                uploaded, read,
+                "{what}: weight bytes uploaded vs read per step"
+            );
+            // Both ways of launching a step, whatever TESSERA_CUDA_GRAPH says: one CUDA graph
+            // replay a step (the first step runs eagerly, the second captures the graph and
+            // every step from it on replays it), and the kernels one by one.
+            let steps = prompt.len() + TOKENS - 1;
+            for graph in [true, false] {
+                let m = &gpu.2;
+                assert!(m.set_cuda_graph(graph));
+                let before = m.resident_graph_replays().unwrap();
+                let g = m.generate(prompt, TOKENS).unwrap();
+                let replays = m.resident_graph_replays().unwrap() - before;
+                let want = if graph { steps as u64 - 1 } else { 0 };
+                assert_eq!(replays, want, "{what}: graph {graph}: replays");
+                assert_eq!(
+                    g.tokens, cpu.0,
+                    "{what}: graph {graph}: token streams differ"
+                );
+                let d = max_abs_diff(&cpu.1, &g.logits.concat());
+                eprintln!("{what}: graph {graph}: 64 tokens equal, logits max |diff| {d:.3e}");
+                assert!(
+                    d <= LOGIT_TOL * scale,
+                    "{what}: graph {graph}: logits differ from the CPU's by {d}"
+                );
+            }
+            gpu.2.set_cuda_graph(engine::resident::graph_default());
         }
         let fast = gpu.2.generate_with(prompt, TOKENS, false).unwrap();
         assert!(fast.logits.is_empty());

@@ -4,7 +4,10 @@
 //! q_norm/k_norm, RoPE and the k and v cache appends in the same launch, SwiGLU and the
 //! argmax. Each launch only enqueues on the backend's stream (no copy, no synchronisation),
 //! so a whole token is queued behind one final read-back. Inputs are views, so the engine
-//! can hand in slices of one fused GEMV output (q/k/v, gate/up).
+//! can hand in slices of one fused GEMV output (q/k/v, gate/up). No argument changes from
+//! one token to the next (the attention reads its position from a device buffer and its
+//! grid does not depend on it), so the engine can capture a step into a CUDA graph once and
+//! replay it.
 //!
 //! [`DecodeKernels::new`] compiles the source once per backend with NVRTC; a compile or
 //! load failure is a typed [`CudaError::Compile`] naming the source and the kernel.
@@ -31,8 +34,12 @@ pub const DECODE_OPS_SOURCE: &str = include_str!("../../../shaders/cuda/decode_o
 const BLOCK: u32 = 1024;
 /// Threads per block of the elementwise kernels (bias add, SwiGLU).
 const ELEMENTWISE: u32 = 256;
-/// Threads of a per-head block (attention_rope).
+/// Threads of a per-head block (attention_rope), each thread summing one dim over every
+/// position.
 const HEAD_BLOCK: u32 = 128;
+/// Threads of a per-head block when the positions are split over its warps (the source's
+/// `TS_ATT_WARPS` warps at most).
+const HEAD_BLOCK_SPLIT: u32 = 256;
 /// The largest head the attention kernel's shared buffers hold.
 pub const MAX_HEAD_DIM: usize = 1024;
 
@@ -42,20 +49,32 @@ pub const MAX_HEAD_DIM: usize = 1024;
 pub enum DecodeMutation {
     /// RoPE's rotation skipped (q and k keep their unrotated values).
     DropRope,
+    /// No kernel change: the engine stops writing the position once a step's CUDA graph
+    /// is captured, as if the position had been baked into the graph (it reads
+    /// [`DecodeMutation::from_env`] itself).
+    StalePosition,
 }
 
 #[cfg(feature = "mutation-test")]
 impl DecodeMutation {
-    /// The `TESSERA_DECODE_MUTATE` spelling: drop-rope.
+    /// The `TESSERA_DECODE_MUTATE` spelling: drop-rope, stale-position.
     pub fn parse(name: &str) -> Option<DecodeMutation> {
         match name {
             "drop-rope" => Some(DecodeMutation::DropRope),
+            "stale-position" => Some(DecodeMutation::StalePosition),
             _ => None,
         }
     }
-    fn define(self) -> &'static str {
+    /// The mutation `TESSERA_DECODE_MUTATE` names, if it is set and valid.
+    pub fn from_env() -> Option<DecodeMutation> {
+        std::env::var("TESSERA_DECODE_MUTATE")
+            .ok()
+            .and_then(|v| DecodeMutation::parse(&v))
+    }
+    fn define(self) -> Option<&'static str> {
         match self {
-            DecodeMutation::DropRope => "-DTS_MUTATE_DROP_ROPE",
+            DecodeMutation::DropRope => Some("-DTS_MUTATE_DROP_ROPE"),
+            DecodeMutation::StalePosition => None,
         }
     }
 }
@@ -67,9 +86,11 @@ fn mutation_define() -> Result<Option<&'static str>, CudaError> {
     {
         if let Ok(v) = std::env::var("TESSERA_DECODE_MUTATE") {
             return match DecodeMutation::parse(&v) {
-                Some(m) => Ok(Some(m.define())),
+                Some(m) => Ok(m.define()),
                 None => Err(CudaError::Input {
-                    what: format!("TESSERA_DECODE_MUTATE={v}: expected drop-rope"),
+                    what: format!(
+                        "TESSERA_DECODE_MUTATE={v}: expected drop-rope or stale-position"
+                    ),
                 }),
             };
         }
@@ -106,6 +127,21 @@ fn pdl_on(arch: &str) -> bool {
         .collect();
     let new_enough = digits.parse::<u32>().is_ok_and(|v| v >= 90);
     new_enough && std::env::var("TESSERA_RESIDENT_PDL").map_or(true, |v| v != "0")
+}
+
+/// How attention_rope sums the values: `split` (the default) splits the positions over the
+/// block's warps ([`HEAD_BLOCK_SPLIT`] threads), `TESSERA_RESIDENT_ATTN=serial` gives each
+/// thread of [`HEAD_BLOCK`] one dim over every position (session 4's kernel; the H200 step
+/// was 2.1% slower with it, docs/ENGINE.md). The results agree to rounding (the summation
+/// order differs).
+fn attention_split() -> Result<bool, CudaError> {
+    match std::env::var("TESSERA_RESIDENT_ATTN").as_deref() {
+        Ok("serial") => Ok(false),
+        Err(_) | Ok("split") => Ok(true),
+        Ok(other) => Err(CudaError::Input {
+            what: format!("TESSERA_RESIDENT_ATTN={other}: expected serial or split"),
+        }),
+    }
 }
 
 /// One kernel parameter of a decode launch, as `cuLaunchKernelEx` reads it (it copies the
@@ -147,6 +183,8 @@ pub struct DecodeKernels {
     /// stream launch at once and waits for the previous one before it touches memory
     /// (decode_ops.cu `TS_PDL_ENTER`), so a launch's start-up overlaps the kernel before it.
     pdl: bool,
+    /// attention_rope splits the positions over its warps ([`attention_split`]).
+    attn_split: bool,
     add_rmsnorm: CudaFunction,
     add_vec: CudaFunction,
     attention_rope: CudaFunction,
@@ -213,6 +251,7 @@ impl DecodeKernels {
         };
         Ok(DecodeKernels {
             pdl: pdl_on(dev.arch()),
+            attn_split: attention_split()?,
             add_rmsnorm: load("add_rmsnorm")?,
             add_vec: load("add_vec")?,
             attention_rope: load("attention_rope")?,
@@ -224,6 +263,11 @@ impl DecodeKernels {
     /// Whether the kernels take programmatic dependent launches.
     pub fn pdl(&self) -> bool {
         self.pdl
+    }
+
+    /// Whether attention_rope splits the positions over its warps.
+    pub fn attention_split(&self) -> bool {
+        self.attn_split
     }
 
     /// `cuLaunchKernelEx` of `f` on the backend's stream, with the programmatic
@@ -348,12 +392,14 @@ impl DecodeKernels {
         unsafe { self.launch(dev, &self.add_vec, cfg, &mut params, "launching add_vec") }
     }
 
-    /// One token's attention at position `pos` = seen - 1: per query head, RMSNorm of q and
-    /// of its group's k head with `rope.norms` (Qwen3's q_norm, k_norm, [hd] each) when
-    /// given, RoPE, the rotated k and this token's v (`vnew`) written into row `pos` of `kc`
-    /// / `vc`, then GQA attention over kc / vc [>= seen, kvw]. q [nh, hd], knew and vnew
-    /// [kvw] are the projections as written; `scores` is scratch [nh, cap]; writes
-    /// out[..nh * hd].
+    /// One token's attention at the position `pos[0]` holds on the device when the kernel
+    /// runs (not when it is enqueued: a CUDA graph captures this launch once and replays it
+    /// at every position; a position outside [0, cap) makes it a no-op): per query head,
+    /// RMSNorm of q and of its group's k head with `rope.norms` (Qwen3's q_norm, k_norm,
+    /// [hd] each) when given, RoPE, the rotated k and this token's v (`vnew`) written into
+    /// row `pos` of `kc` / `vc`, then GQA attention over kc / vc [cap, kvw] up to `pos`.
+    /// q [nh, hd], knew and vnew [kvw] are the projections as written; `scores` is scratch
+    /// [nh, cap]; writes out[..nh * hd].
     #[allow(clippy::too_many_arguments)]
     pub fn attention_rope(
         &self,
@@ -367,7 +413,7 @@ impl DecodeKernels {
         out: &mut CudaViewMut<'_, f32>,
         shape: AttentionShape,
         rope: RopeArgs<'_>,
-        seen: usize,
+        pos: &CudaSlice<i32>,
     ) -> Result<(), CudaError> {
         let AttentionShape {
             heads,
@@ -375,10 +421,10 @@ impl DecodeKernels {
             head_dim: hd,
             cap,
         } = shape;
-        if kv_heads == 0 || heads % kv_heads != 0 || seen == 0 || seen > cap {
+        if kv_heads == 0 || heads % kv_heads != 0 || cap == 0 {
             return Err(CudaError::Input {
                 what: format!(
-                    "attention: {heads} heads over {kv_heads} KV heads, {seen} positions of {cap}"
+                    "attention: {heads} heads over {kv_heads} KV heads, a cache of {cap} positions"
                 ),
             });
         }
@@ -395,8 +441,16 @@ impl DecodeKernels {
         need(q.len(), heads * hd, "attention q")?;
         need(knew.len(), kvw, "attention new k")?;
         need(vnew.len(), kvw, "attention new v")?;
-        need(kc.len(), seen * kvw, "attention keys")?;
-        need(vc.len(), seen * kvw, "attention values")?;
+        let cache = cap.checked_mul(kvw).ok_or_else(|| CudaError::Input {
+            what: format!("attention: a cache of {cap} x {kvw} overflows"),
+        })?;
+        need(kc.len(), cache, "attention keys")?;
+        need(vc.len(), cache, "attention values")?;
+        if pos.is_empty() {
+            return Err(CudaError::Input {
+                what: "attention: no position buffer".into(),
+            });
+        }
         need(scores.len(), heads * cap, "attention scores")?;
         need(out.len(), heads * hd, "attention out")?;
         if let Some((qn, kn)) = rope.norms {
@@ -407,7 +461,6 @@ impl DecodeKernels {
             i32_arg(hd, "head_dim")?,
             i32_arg(heads / kv_heads, "group")?,
             i32_arg(kvw, "kv width")?,
-            i32_arg(seen - 1, "position")?,
             i32_arg(cap, "capacity")?,
             i32_arg(half, "rope half")?,
         );
@@ -431,27 +484,34 @@ impl DecodeKernels {
             Param::I32(args.0),
             Param::I32(args.1),
             Param::I32(args.2),
+            rd(pos, st),
             Param::I32(args.3),
-            Param::I32(args.4),
             Param::F32(scale),
             qn,
             kn,
             Param::F32(rope.eps),
             rd(rope.inv_freq, st),
-            Param::I32(args.5),
+            Param::I32(args.4),
             Param::F32(rope.attn_factor),
+            Param::I32(i32::from(self.attn_split)),
         ];
+        let threads = if self.attn_split {
+            HEAD_BLOCK_SPLIT
+        } else {
+            HEAD_BLOCK
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
-            block_dim: (HEAD_BLOCK, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches decode_ops.cu's attention_rope (f32* x 7, i32 x 5, f32, f32* or
-        // null x 2, f32, f32*, i32, f32); every buffer holds what the kernel indexes (checked
-        // above): q heads * hd, knew / vnew kvw, kc / vc seen * kvw with g * hd + d < kvw,
-        // scores
-        // heads * cap with j < seen <= cap, out heads * hd, norms hd, inv_freq `half` with
-        // 2 * half <= hd <= MAX_HEAD_DIM (the kernel's shared head buffers).
+        // SAFETY: matches decode_ops.cu's attention_rope (f32* x 7, i32 x 3, i32*, i32, f32,
+        // f32* or null x 2, f32, f32*, i32, f32, i32); split launches have at most
+        // TS_ATT_WARPS warps (the size of its shared partial sums); every buffer holds what the kernel indexes
+        // (checked above): q heads * hd, knew / vnew kvw, kc / vc cap * kvw with
+        // g * hd + d < kvw and rows j <= pos < cap (the kernel returns for any other pos),
+        // scores heads * cap, out heads * hd, norms hd, inv_freq `half` with
+        // 2 * half <= hd <= MAX_HEAD_DIM (the kernel's shared head buffers), pos one int.
         unsafe {
             self.launch(
                 dev,
@@ -553,6 +613,11 @@ mod tests {
             );
         }
         assert!(DECODE_OPS_SOURCE.contains(&format!("#define TS_BLOCK {BLOCK}\n")));
+        assert!(
+            DECODE_OPS_SOURCE
+                .contains(&format!("#define TS_ATT_WARPS {}\n", HEAD_BLOCK_SPLIT / 32))
+        );
+        assert!(DECODE_OPS_SOURCE.contains(&format!("part[TS_ATT_WARPS * {MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains(&format!("qs[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains(&format!("ks[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains("#ifndef TS_MUTATE_DROP_ROPE"));
