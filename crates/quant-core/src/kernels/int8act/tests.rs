@@ -292,6 +292,11 @@ fn fp8_bf16_activations_round_to_nearest_even_and_keep_the_order_a_bijection() {
     assert_eq!(bf16_of(f32::from_bits(1)), 0);
     assert_eq!(bf16_of(-f32::from_bits(0x007F_FFFF)), 0x8000);
     assert!(f32::from_bits(u32::from(bf16_of(f32::NAN)) << 16).is_nan());
+    // A NaN whose payload sits in the low 16 bits stays NaN (plain rounding would make it
+    // infinity); infinities stay infinities.
+    assert_eq!(bf16_of(f32::from_bits(0x7F80_0001)), 0x7FC0);
+    assert_eq!(bf16_of(f32::INFINITY), 0x7F80);
+    assert_eq!(bf16_of(f32::NEG_INFINITY), 0xFF80);
     let mut rng = Rng::new(5);
     for _ in 0..10_000 {
         let v = rng.normal() * 100.0;
@@ -380,4 +385,31 @@ fn quantized_blocks_round_to_nearest_within_half_a_step() {
     bad[9] = f32::INFINITY;
     assert!(quantize_block(&bad, &mut q).0.is_nan());
     assert_eq!(q, [0; 32]);
+}
+
+/// fp8's scalar twin (what `dot_rows` runs at a level without AVX-512 BF16; `gemm_with_at`
+/// never asks it, so it is called directly) computes `Σ w x̂` with the bf16 activations.
+#[test]
+fn fp8_scalar_twin_computes_the_rounded_product() {
+    let mut rng = Rng::new(17);
+    for f in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        for (rows, cols, s) in [(3, 1, 1), (130, 200, 2), (5, 300, 3)] {
+            let w = weights(&mut rng, rows, cols);
+            let t = encode(f, rows, cols, &w, &EncodeOptions::default()).expect("encode");
+            let x = activations(&mut rng, s, cols);
+            let acts = QActs::new(QLayout::Bf16, &x, s, cols);
+            let mut y = vec![POISON; rows * s];
+            fp8_bf16::FP8.dot_rows(SimdLevel::Portable, &t.view(), &acts, 0, rows, &mut y);
+            let (yh, magh) = rounded_reference(&t.view(), &x, s);
+            for o in 0..rows {
+                for k in 0..s {
+                    let (got, want) = (y[o * s + k] as f64, yh[k * rows + o]);
+                    assert!(
+                        (got - want).abs() <= ACCUMULATION * magh[k * rows + o],
+                        "{f} [{rows} x {cols}] S={s} row {o} k {k}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 }
