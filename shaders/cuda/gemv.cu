@@ -841,17 +841,84 @@ TS_DEV void ld_chunk(const u8* p, u32 (&v)[NW]) {
     }
 }
 
-// Activation halves (16-byte aligned, L1-cached: every row tile reads them).
+// Activation halves (16-byte aligned, L1-cached: every row tile reads them): the 8 halves of B row xr (2s + part), columns c .. c + 7 (c a multiple of 8). The split
+// buffer ([2S, xs], layout.rs split_activations) holds them at 2 (xr xs + c); the fused
+// split (-DTS_FUSE_SPLIT, `fuse_split`) keeps each 8 columns of activation s as 32 bytes,
+// 16 of x_hi then 16 of x_lo, where the 8 f32 of x were (so the split runs in place).
+TS_DEV const u8* x_group(const u8* xh, int xs, int xr, i64 c) {
+#ifdef TS_FUSE_SPLIT
+    return xh + 4 * ((i64)(xr >> 1) * xs + c) + 16 * (xr & 1);
+#else
+    return xh + 2 * ((i64)xr * xs + c);
+#endif
+}
 template <int NW>
-TS_DEV void ld_x(const u8* p, u32 (&v)[NW]) {
+TS_DEV void ld_xg(const u8* xh, int xs, int xr, i64 c, u32 (&v)[NW]) {
 #pragma unroll
     for (int k = 0; k < NW / 4; ++k) {
-        const U4 q = *reinterpret_cast<const U4*>(p + 16 * k);
+        const U4 q = *reinterpret_cast<const U4*>(x_group(xh, xs, xr, c + 8 * k));
         v[4 * k] = q.x;
         v[4 * k + 1] = q.y;
         v[4 * k + 2] = q.z;
         v[4 * k + 3] = q.w;
     }
+}
+
+// The split's power of two for a row with max |x| = mm (tile_prep's and the host's rule):
+// p = 2^(14 - e), max |x| in [2^e, 2^(e+1)), clamped to 2^-100 .. 2^100; p = 1 for a zero
+// or non-finite row. e from the exponent bits: a subnormal mm reads e = -127 instead of its
+// true exponent, which the clamp maps to the same 2^100.
+TS_DEV void split_p(float mm, float& p, float& inv) {
+    p = 1.0f;
+    inv = 1.0f;
+    if (mm > 0.0f && mm <= 3.40282347e38f) {
+        union {
+            float f;
+            u32 u;
+        } c;
+        c.f = mm;
+        int k = 14 - ((int)((c.u >> 23) & 0xFFu) - 127);
+        k = k < -100 ? -100 : (k > 100 ? 100 : k);
+        p = as_f((u32)(127 + k) << 23);
+        inv = as_f((u32)(127 - k) << 23);
+    }
+}
+
+TS_DEV u32 f32_to_h(float f) {
+#ifdef TS_HOST
+    return f32_to_f16_bits(f);
+#else
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return (u32)h;
+#endif
+}
+
+// One 8-column group of the fused split, in place: the 8 f32 of x at g become x_hi (16
+// bytes, then x_lo) with x p = x_hi + x_lo, both f16 round-to-nearest of f32-exact values
+// (tile_prep's arithmetic, so its halves bit for bit); nibble formats in the order 0, 4, 1,
+// 5, 2, 6, 3, 7 (layout.rs nibble_order). Returns the group's sum of x p, added as
+// tile_prep adds it (the caller sums 16 groups into a 128-column segment).
+TS_DEV float fuse_split_group(u8* g, float p, bool nib) {
+    const F4 a = *reinterpret_cast<const F4*>(g), b = *reinterpret_cast<const F4*>(g + 16);
+    float v[8] = {a.x * p, a.y * p, a.z * p, a.w * p, b.x * p, b.y * p, b.z * p, b.w * p};
+    u32 hi[8], lo[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        hi[e] = f32_to_h(v[e]);
+        lo[e] = f32_to_h(v[e] - f16_to_f32(hi[e]));
+    }
+    U4 h, l;
+    if (nib) {
+        h = U4{hi[0] | (hi[4] << 16), hi[1] | (hi[5] << 16), hi[2] | (hi[6] << 16), hi[3] | (hi[7] << 16)};
+        l = U4{lo[0] | (lo[4] << 16), lo[1] | (lo[5] << 16), lo[2] | (lo[6] << 16), lo[3] | (lo[7] << 16)};
+    } else {
+        h = U4{hi[0] | (hi[1] << 16), hi[2] | (hi[3] << 16), hi[4] | (hi[5] << 16), hi[6] | (hi[7] << 16)};
+        l = U4{lo[0] | (lo[1] << 16), lo[2] | (lo[3] << 16), lo[4] | (lo[5] << 16), lo[6] | (lo[7] << 16)};
+    }
+    *reinterpret_cast<U4*>(g) = h;
+    *reinterpret_cast<U4*>(g + 16) = l;
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
 // Programmatic dependent launch (-DTS_PDL, sm_90+): the kernel lets the next kernel of the
@@ -929,6 +996,9 @@ struct MArgs {
     int O;
     int xs;
     int sc_row;
+    // -DTS_FUSE_SPLIT: x itself ([S, xs] f32, stored domain, zero past I); xh and xa then
+    // point into the block's shared memory, where `fuse_split` builds them.
+    const float* xf;
 };
 
 template <int FMT>
@@ -1110,6 +1180,68 @@ TS_DEV void mma_scale_decode(const u32 (&r)[MmaFmt<FMT>::NR], float& d, float& z
     }
 }
 
+#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
+// The fused activation split of the 16-row GEMV (-DTS_FUSE_SPLIT, `gemv_launch_resident` at
+// S <= 4): every block builds the whole split itself in shared memory, so the resident path
+// is one launch instead of tile_prep + GEMV. Pass 1 copies x (f32, from L2: a few KB to
+// 64 KB) into shared memory and finds each row's max |x|; the p of each row follows
+// tile_prep's rule (`split_p`); pass 2 turns each 8 columns into x_hi + x_lo in place
+// (`fuse_split_group`, `x_group`'s layout) and, for the affine formats, sums x p over
+// 128-column segments in tile_prep's order. So the halves, 1/p and the sums are tile_prep's
+// bit for bit. Shared memory: S xs f32, then S floats 1/p and S xs / 128 sums (layout.rs
+// `fused_split_smem`). Called by every thread of the block, after `pdl_wait`.
+template <int FMT, int S>
+__device__ __forceinline__ void fuse_split(const MArgs& a) {
+    enum { NTH = 32 * TS_MMA_WARPS };
+    __shared__ float fmx[TS_MMA_WARPS][S];
+    __shared__ float fpp[S];
+    const int xs = a.xs, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    u8* sm = const_cast<u8*>(a.xh);
+    float* smf = reinterpret_cast<float*>(sm);
+    float* xa = const_cast<float*>(a.xa);
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        float m = 0.0f;
+        // xs is a multiple of 1024: whole float4s.
+        for (int i = 4 * tid; i < xs; i += 4 * NTH) {
+            const F4 v = load_x4(a.xf, (i64)s * xs + i);
+            *reinterpret_cast<F4*>(smf + (i64)s * xs + i) = v;
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+        if (lane == 0) fmx[warp][s] = m;
+    }
+    __syncthreads();
+    if (tid < S) {
+        float mm = 0.0f;
+#pragma unroll
+        for (int k = 0; k < TS_MMA_WARPS; ++k) mm = fmaxf(mm, fmx[k][tid]);
+        float p, inv;
+        split_p(mm, p, inv);
+        fpp[tid] = p;
+        xa[tid] = inv;
+    }
+    __syncthreads();
+    // Groups of 8 columns; S xs / 8 is a multiple of 128, so each warp's 32 groups are all
+    // in range or all out (the shuffles below see full warps), and 16 consecutive groups
+    // are one aligned 128-column segment of one row.
+    const int gpr = xs / 8;
+    for (int g = tid; g < S * gpr; g += NTH) {
+        const int s = g / gpr;
+        float t = fuse_split_group(sm + 32 * (i64)g, fpp[s], MmaFmt<FMT>::NIBBLES);
+        if constexpr (MmaFmt<FMT>::AFFINE) {
+#pragma unroll
+            for (int k = 8; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
+            if ((lane & 15) == 0) xa[S + (i64)s * (xs / TS_SUM_SEG) + (i64)(g % gpr) * 8 / TS_SUM_SEG] = t;
+        } else {
+            (void)t;
+        }
+    }
+    __syncthreads();
+}
+#endif
+
 // acc[l][nt][q] (+)= this warp's share of the 16-row tile at r0: k-blocks warp,
 // warp + nwarps, ... C layout: q = 0, 1: row g, columns 2t, 2t+1 of n-tile nt (activation
 // 4nt + t, hi and lo parts); q = 2, 3: row g + 8. Scales of groups, tiles and blocks, and
@@ -1245,15 +1377,15 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
                             static_assert(NXW == 16, "two 16-column pieces");
                             const i64 c0 = mma_col0<FMT, CBT>(kb, 0) + 16 * t;
                             u32 xa8[8], xb8[8];
-                            ld_x<8>(a.xh + 2 * ((i64)xr * a.xs + c0), xa8);
-                            ld_x<8>(a.xh + 2 * ((i64)xr * a.xs + c0 + 64), xb8);
+                            ld_xg<8>(a.xh, a.xs, xr, c0, xa8);
+                            ld_xg<8>(a.xh, a.xs, xr, c0 + 64, xb8);
 #pragma unroll
                             for (int k = 0; k < 8; ++k) {
                                 xv[l][nt][k] = xa8[k];
                                 xv[l][nt][8 + k] = xb8[k];
                             }
                         } else {
-                            ld_x<NXW>(a.xh + 2 * ((i64)xr * a.xs + mma_col0<FMT, CBT>(kb, t)), xv[l][nt]);
+                            ld_xg<NXW>(a.xh, a.xs, xr, mma_col0<FMT, CBT>(kb, t), xv[l][nt]);
                         }
                     } else {
 #pragma unroll
@@ -1359,7 +1491,15 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     // flight, and its registers are refilled (D stages ahead) as soon as it is consumed.
     // Loads past the row's last k-block are skipped (the load guards each k-block).
     enum { D = MmaDepth<S>::D };
-    if (kbeg >= kend) return;
+    if (kbeg >= kend) {
+#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
+        // A warp without k-blocks (12 warps over 8 k-blocks) still takes its part in the
+        // block's split and its barriers.
+        pdl_wait();
+        fuse_split<FMT, S>(a);
+#endif
+        return;
+    }
     u32 wv[D][U][L][2][NW];
     u32 sr[D][U][L][2][F::NR];
 #pragma unroll
@@ -1367,6 +1507,9 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     // Programmatic dependent launch: the first stages' weights and scales (never written by a
     // kernel) are in flight; the activations may come from the previous kernel.
     pdl_wait();
+#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
+    fuse_split<FMT, S>(a);
+#endif
     for (i64 kb0 = kbeg; kb0 < kend; kb0 += D * stride) {
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -2102,7 +2245,10 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long l
 // Tensor-core build (-DTS_MMA=<CBT>): exports gemv_mma_s<S>,
 //   (const u8* w, const u8* sc, const u8* xh, const float* xa, float* y,
 //    long long row_bytes, int O, int x_stride, int sc_row)
-// with xh / xa the split activations (see MArgs). A block of TS_MMA_WARPS warps owns 16 rows.
+// with xh / xa the split activations (see MArgs). With -DTS_FUSE_SPLIT (S <= 4) xh is x
+// itself ([S, xs] f32) and xa unused: each block splits x into its dynamic shared memory
+// (`fuse_split`; launched with layout.rs `fused_split_smem` bytes). A block of TS_MMA_WARPS
+// warps owns 16 rows.
 // Blocks an SM must hold at once (the register cap: 65536 / (32 TS_MMA_WARPS x this)): 3
 // keeps a 6144-row GEMV (384 blocks) in one wave on 132 SMs at small S (<= 85 registers);
 // larger S needs the registers more than the residency (3 spills there and ran 1.2-2x
@@ -2131,6 +2277,16 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     a.O = O;
     a.xs = x_stride;
     a.sc_row = sc_row;
+    a.xf = nullptr;
+#ifdef TS_FUSE_SPLIT
+    // xh is x itself (f32); the split lives in this block's shared memory (`fuse_split`).
+    static_assert(S <= 4, "the fused split serves S <= 4");
+    extern __shared__ __align__(16) u8 fuse_sm[];
+    a.xf = reinterpret_cast<const float*>(xh);
+    a.xh = fuse_sm;
+    a.xa = reinterpret_cast<const float*>(fuse_sm + 4 * (i64)S * x_stride);
+    (void)xa;
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = blockIdx.x * 16;
     enum { NCLS = MmaClasses<TS_FMT, TS_GS, TS_MMA>::N };

@@ -11,7 +11,9 @@
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
 //!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores] [--resident]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
-//! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
+//! launches), `fused` / `unfused` (`--resident` with the split inside the GEMV at S <= 4,
+//! or tile_prep + GEMV: the default),
+//! `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
 //! hint, 8-warp blocks everywhere); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
 //! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
 //! builds, wrong results by design); `rows` (the 16-row
@@ -91,6 +93,15 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             mma_classes: name == "nopdl",
             mma_l2_prefetch: if name == "base" { 0 } else { 128 },
             mma_small_grid_warps: if name == "base" { None } else { Some(12) },
+            ..Tuning::default()
+        });
+    }
+    // "fused" / "unfused": `gemv_launch_resident` with the split inside the 16-row GEMV at
+    // S <= 4 (one launch), or as tile_prep + GEMV (the default); the other columns are the
+    // default's kernels.
+    if name == "fused" || name == "unfused" {
+        return Ok(Tuning {
+            resident_fused: name == "fused",
             ..Tuning::default()
         });
     }
@@ -298,7 +309,13 @@ fn main() {
                 // CUDA-core kernel (always where they do not, on request where they do).
                 let mut paths: Vec<(KernelPath, String, Tuning)> = Vec::new();
                 if ws[0].uses_tensor_cores(s) {
-                    for (name, tuning) in &opts.tunings {
+                    // ("fused" / "unfused" differ from "default" in the resident launch
+                    // alone.)
+                    for (name, tuning) in opts
+                        .tunings
+                        .iter()
+                        .filter(|(n, _)| n != "fused" && n != "unfused")
+                    {
                         paths.push((
                             KernelPath::Auto,
                             format!("tensor cores {name}"),

@@ -107,6 +107,15 @@ pub struct Tuning {
     /// runs it for S >= n wherever the tensor cores take the shape (`Some(0)`: never,
     /// the 16-row tensor-core GEMV instead). Benchmarks compare them.
     pub tiles_from_s: Option<u32>,
+    /// `gemv_launch_resident` on the 16-row tensor-core GEMV at S <= 4 splits the
+    /// activations inside the GEMV ([`Build::GemvMmaFused`]: each block into its shared
+    /// memory, where [`crate::layout::fused_split_smem`] admits the shape): one launch
+    /// instead of `tile_prep` + GEMV. Default `false`: on the H200 (docs/CUDA.md, session 5
+    /// round 2) every block's prologue (all of x from L2, split, two barriers) cost more
+    /// than the launch it saves: the engine's decode step 2.83 -> 2.98 ms, [6144 x 16384]
+    /// int4-g64 resident 24.1 -> 30.6 us from a graph; it only tied or won by <= 1 us on
+    /// grids of at most ~2 waves with I = 4096.
+    pub resident_fused: bool,
     /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
     pub tile_warps: u32,
     /// Weight stages a tile-GEMV warp holds in registers (`TS_GEMM_WDEPTH`).
@@ -137,6 +146,7 @@ impl Default for Tuning {
             gemm_nt_f16: 4,
             gemm_stages: 4,
             tiles_from_s: None,
+            resident_fused: false,
             tile_warps: 8,
             tile_depth: 2,
             tile_min_blocks: 2,
@@ -192,6 +202,11 @@ pub enum Build {
     Gemv,
     /// The tensor-core GEMV (`-DTS_MMA=<chunk bytes>`), `gemv_mma_s<S>`.
     GemvMma(MmaKernel),
+    /// The tensor-core GEMV with the activation split in its prologue (`-DTS_MMA=<chunk
+    /// bytes> -DTS_FUSE_SPLIT`, S <= 4), `gemv_mma_s<S>`: takes x itself (f32, stored
+    /// domain) and splits it into each block's dynamic shared memory
+    /// ([`crate::layout::fused_split_smem`] bytes).
+    GemvMmaFused(MmaKernel),
     /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
     Gemm { mma: MmaKernel, parts: u32 },
     /// The split-K tile GEMV for S <= 16: the GEMM kernel (`-DTS_GEMM=2`, hi + lo parts)
@@ -232,7 +247,7 @@ impl ModuleKey {
     pub fn function_name(&self) -> String {
         match &self.build {
             Build::Gemv => format!("gemv_s{}", self.s),
-            Build::GemvMma(_) => format!("gemv_mma_s{}", self.s),
+            Build::GemvMma(_) | Build::GemvMmaFused(_) => format!("gemv_mma_s{}", self.s),
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
             Build::GemvTiles { .. } => "gemm_p2".to_string(),
             Build::TilePrep { .. } => "tile_prep".to_string(),
@@ -253,7 +268,10 @@ impl ModuleKey {
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_S={}", self.s));
             }
-            Build::GemvMma(m) => {
+            Build::GemvMma(m) | Build::GemvMmaFused(m) => {
+                if matches!(self.build, Build::GemvMmaFused(_)) {
+                    o.push("-DTS_FUSE_SPLIT".to_string());
+                }
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_S={}", self.s));

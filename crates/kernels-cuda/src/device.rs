@@ -274,9 +274,22 @@ fn check_prepared_for(
 }
 
 impl CudaBackend {
-    /// Opens device 0, or says why there is none.
+    /// Opens device 0, or says why there is none. `TESSERA_CUDA_RESIDENT_FUSED=1` (or `0`)
+    /// in the environment turns [`Tuning::resident_fused`] on (off) (engines measuring both
+    /// paths in one run; the results are the same).
     pub fn new() -> Result<CudaBackend, CudaError> {
-        Self::open(None, Tuning::default())
+        let resident_fused = match std::env::var("TESSERA_CUDA_RESIDENT_FUSED").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => Tuning::default().resident_fused,
+        };
+        Self::open(
+            None,
+            Tuning {
+                resident_fused,
+                ..Tuning::default()
+            },
+        )
     }
 
     /// Device 0 with other kernel-shape knobs (benchmarks compare them; results are the
@@ -376,7 +389,12 @@ impl CudaBackend {
             s,
             arch: self.arch.clone(),
             mutation: self.mutation,
-            tuning: tuning.clone(),
+            // A host-side choice between builds (the build says which): tunings that differ
+            // only in it share their modules.
+            tuning: Tuning {
+                resident_fused: Tuning::default().resident_fused,
+                ..tuning.clone()
+            },
         }
     }
 
@@ -418,6 +436,17 @@ impl CudaBackend {
                 bytes,
             )
             .map_err(CudaError::driver("raising the GEMM's shared memory limit"))?;
+        }
+        if let Build::GemvMmaFused(_) = &key.build {
+            // The fused split's x may exceed the 48 KB a block gets without asking; launches
+            // stay within layout::fused_split_smem's cap.
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                layout::FUSED_SPLIT_MAX_SMEM as i32,
+            )
+            .map_err(CudaError::driver(
+                "raising the fused-split GEMV's shared memory limit",
+            ))?;
         }
         map.insert(key, f.clone());
         Ok(f)
@@ -462,6 +491,15 @@ impl CudaBackend {
                                 let c = caps::rows_chunk(cap.kernel, m, s, 64);
                                 (t.mma_classes && c != m).then_some((Build::GemvMma(c), t.clone()))
                             }));
+                            // The resident path's fused-split twins.
+                            if t.resident_fused && s <= 4 {
+                                builds.extend(cap.mma.map(|m| (Build::GemvMmaFused(m), t.clone())));
+                                builds.extend(cap.mma.and_then(|m| {
+                                    let c = caps::rows_chunk(cap.kernel, m, s, 64);
+                                    (t.mma_classes && c != m)
+                                        .then_some((Build::GemvMmaFused(c), t.clone()))
+                                }));
+                            }
                         }
                         builds.extend(cap.mma.map(|m| {
                             let nt = layout::gemv_tiles(m.chunk_bytes, false, s).nt as u32;
@@ -797,6 +835,86 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The resident 16-row GEMV with the split in its prologue ([`Build::GemvMmaFused`]):
+    /// one launch reading `x` ([S, x_stride] f32, stored domain) itself; each block splits
+    /// it into `smem` bytes of dynamic shared memory ([`layout::fused_split_smem`]). The
+    /// same chunk, block shape and PDL rules as [`CudaBackend::launch_rows`].
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows_fused(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        x: &CudaView<'_, f32>,
+        smem: usize,
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        let m = if tuning.mma_classes {
+            caps::rows_chunk(kernel, m, s, sh.row_bytes as usize)
+        } else {
+            m
+        };
+        let blocks = layout::mma_grid_blocks(w.rows)?;
+        let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
+        let f = self.function_of(self.key_tuned(kernel, Build::GemvMmaFused(m), s, &tuning))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (32 * tuning.mma_warps, 1, 1),
+            shared_mem_bytes: u32::try_from(smem).map_err(|_| CudaError::Shape {
+                format: w.format,
+                what: format!("fused split of {smem} bytes"),
+            })?,
+        };
+        let st = &self.stream;
+        let during = "launching the fused-split GEMV";
+        if tuning.pdl && layout::pdl_pays(cfg.grid_dim.0, self.sms) {
+            let (pw, _gw) = w.weights.device_ptr(st);
+            let (ps, _gs) = w.scales.device_ptr(st);
+            let (px, _gx) = x.device_ptr(st);
+            let (py, _gy) = y.device_ptr(st);
+            // The kernel ignores its xa argument in this build; x's address stands in for it.
+            let (mut pw, mut ps, mut px, mut pa, mut py) = (pw, ps, px, px, py);
+            let (mut rb, mut rows, mut xs, mut scr) =
+                (sh.row_bytes, sh.rows, sh.x_stride, sh.sc_row);
+            let mut params: [*mut std::ffi::c_void; 9] = [
+                (&raw mut pw).cast(),
+                (&raw mut ps).cast(),
+                (&raw mut px).cast(),
+                (&raw mut pa).cast(),
+                (&raw mut py).cast(),
+                (&raw mut rb).cast(),
+                (&raw mut rows).cast(),
+                (&raw mut xs).cast(),
+                (&raw mut scr).cast(),
+            ];
+            // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter
+            // types (u8*, u8*, u8*, f32*, f32*, i64, i32, i32, i32), alive across the call;
+            // under -DTS_FUSE_SPLIT the kernel reads S x_stride floats of x (the caller
+            // checked x holds them) after `griddepcontrol.wait`, never its xa, and writes
+            // S rows outputs of y (checked likewise); `smem` is within the function's raised
+            // limit (function_of); the device-pointer guards outlive the enqueue.
+            unsafe { self.launch_pdl(&f, cfg, &mut params) }.map_err(CudaError::driver(during))
+        } else {
+            let mut b = st.launch_builder(&f);
+            b.arg(&w.weights)
+                .arg(&w.scales)
+                .arg(x)
+                .arg(x)
+                .arg(y)
+                .arg(&sh.row_bytes)
+                .arg(&sh.rows)
+                .arg(&sh.x_stride)
+                .arg(&sh.sc_row);
+            // SAFETY: the same parameter list and buffers as the programmatic launch above
+            // (x twice: the build reads it as xh and ignores xa).
+            unsafe { b.launch(cfg) }.map_err(CudaError::driver(during))?;
+            Ok(())
+        }
+    }
+
     /// [`CudaBackend::launch_rows`]'s launch with programmatic dependent launch
     /// (`cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`):
     /// the kernel (built with `-DTS_PDL`) may start while the stream's previous kernel
@@ -1100,6 +1218,12 @@ impl CudaBackend {
                 x.len(),
                 y.len()
             )));
+        }
+        if !tiles_kernel
+            && tuning.resident_fused
+            && let Some(smem) = layout::fused_split_smem(s, xs)
+        {
+            return self.launch_rows_fused(w, kernel, m, x, smem, s, y, tuning);
         }
         let nibbles = caps::nibble_codes(kernel.fmt);
         let l = layout::gemv_tiles(m.chunk_bytes, nibbles, s);

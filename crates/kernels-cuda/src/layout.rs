@@ -136,6 +136,29 @@ pub fn rows_tuning(
     }
 }
 
+/// Largest dynamic shared memory of the fused-split 16-row GEMV ([`fused_split_smem`]):
+/// three 8-warp blocks a SM (the S <= 4 register cap) with their ~4 KB of static shared
+/// memory and the 1 KB the driver reserves a block still fit the H200's 228 KB a SM.
+pub const FUSED_SPLIT_MAX_SMEM: usize = 68 * 1024;
+// Three blocks with up to 8 KB of static and reserved shared memory each fit 228 KB a SM.
+const _: () = assert!(3 * (FUSED_SPLIT_MAX_SMEM + 8 * 1024) <= 228 * 1024);
+
+/// Dynamic shared memory bytes of the fused-split 16-row GEMV (gemv.cu `fuse_split`) at S =
+/// `s` on rows of stride `xs`: S xs f32 (x, then split in place), S floats 1/p, S xs / 128
+/// segment sums. `None` for S > 4 or beyond [`FUSED_SPLIT_MAX_SMEM`] (e.g. S = 2 at
+/// I = 16384): the resident launch then splits with `tile_prep` first.
+pub fn fused_split_smem(s: usize, xs: usize) -> Option<usize> {
+    if !(1..=4).contains(&s) {
+        return None;
+    }
+    let floats = s
+        .checked_mul(xs)?
+        .checked_add(s)?
+        .checked_add(s.checked_mul(xs / MMA_SUM_SEGMENT)?)?;
+    let bytes = floats.checked_mul(4)?;
+    (bytes <= FUSED_SPLIT_MAX_SMEM).then_some(bytes)
+}
+
 /// Whether the 16-row GEMV of `blocks` blocks takes a programmatic dependent launch on a
 /// device of `sms` SMs. Its early blocks fill the slots the previous kernel leaves free
 /// (3 a SM at S <= 4); when that is half the grid or more while the grid is larger than
@@ -455,6 +478,17 @@ mod tests {
         ] {
             let blocks = mma_grid_blocks(rows).unwrap();
             assert_eq!(pdl_pays(blocks, sms), pdl, "O = {rows}");
+        }
+    }
+
+    #[test]
+    fn fused_split_takes_s_up_to_4_within_three_blocks_a_sm() {
+        // S xs f32, S 1/p, S xs / 128 sums.
+        assert_eq!(fused_split_smem(1, 16384), Some(4 * (16384 + 1 + 128)));
+        assert_eq!(fused_split_smem(4, 4096), Some(4 * (4 * 4096 + 4 + 4 * 32)));
+        assert_eq!(fused_split_smem(2, 8192), Some(4 * (2 * 8192 + 2 + 2 * 64)));
+        for (s, xs) in [(1, 17408), (2, 9216), (4, 5120), (5, 1024), (0, 1024)] {
+            assert_eq!(fused_split_smem(s, xs), None, "S = {s}, xs = {xs}");
         }
     }
 

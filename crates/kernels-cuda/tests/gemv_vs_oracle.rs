@@ -180,16 +180,32 @@ fn every_format_matches_the_oracle() {
 }
 
 /// `gemv_launch_resident` (activations already on the device, in the stored domain: the
-/// engine's decode path) against the oracle, for every format at S = 1, 4 and 16: on the
-/// tensor-core shapes it prepares the tile layout on the device (`tile_prep`), elsewhere it
-/// runs the CUDA-core kernel.
+/// engine's decode path) against the oracle, for every format at S = 1, 2, 4 and 16: on the
+/// tensor-core shapes at S <= 4 once with the 16-row GEMV splitting x in its own prologue
+/// (`Tuning::resident_fused`, opt-in) and once without (`tile_prep`, then the GEMV, the
+/// default); at S = 16 `tile_prep` prepares the layout of the kernel `Auto` picks; elsewhere
+/// it runs the CUDA-core kernel.
 #[test]
 fn resident_launch_matches_the_oracle() {
     let Some(b) = backend() else { return };
     let seed = run_seed();
     println!("seed {seed}");
-    let batches = [1, 4, 16];
-    warm(|| b.prewarm(&formats_under_test(), &batches));
+    let batches = [1, 2, 4, 16];
+    let fused = Tuning {
+        resident_fused: true,
+        ..b.tuning().clone()
+    };
+    let unfused = Tuning {
+        resident_fused: false,
+        ..b.tuning().clone()
+    };
+    warm(|| {
+        b.prewarm_tuned(
+            &formats_under_test(),
+            &batches,
+            &[fused.clone(), unfused.clone()],
+        )
+    });
     let mut failures = Vec::new();
     for format in formats_under_test() {
         let mut rng = format_rng(seed ^ 0x7E51, format);
@@ -212,14 +228,25 @@ fn resident_launch_matches_the_oracle() {
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
                 let xd = b.stream().clone_htod(&xp).expect("upload x");
-                let mut y = b.poisoned_output(&dt, s).expect("output");
-                b.gemv_launch_resident(&dt, &xd.slice(..), s, &mut y.slice_mut(..))
-                    .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
-                let yh = b.stream().clone_dtoh(&y).expect("read back");
-                b.stream().synchronize().expect("sync");
-                match check(&t, &x, s, &yh) {
-                    Ok(e) => worst = worst.max(e),
-                    Err(msg) => failures.push(format!("resident: {msg}")),
+                for (name, tuning) in [("fused", &fused), ("tile_prep", &unfused)] {
+                    if name == "tile_prep" && s > 4 {
+                        continue; // S > 4 never fuses: the first pass ran this path
+                    }
+                    let mut y = b.poisoned_output(&dt, s).expect("output");
+                    b.gemv_launch_resident_tuned(
+                        &dt,
+                        &xd.slice(..),
+                        s,
+                        &mut y.slice_mut(..),
+                        tuning,
+                    )
+                    .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s} {name}: {e}"));
+                    let yh = b.stream().clone_dtoh(&y).expect("read back");
+                    b.stream().synchronize().expect("sync");
+                    match check(&t, &x, s, &yh) {
+                        Ok(e) => worst = worst.max(e),
+                        Err(msg) => failures.push(format!("resident ({name}): {msg}")),
+                    }
                 }
             }
         }

@@ -91,6 +91,9 @@ type EmuGemmFn = unsafe extern "C" fn(
 ) -> i32;
 
 struct Emulator {
+    /// Built with `TS_FUSE_SPLIT`: the tensor-core GEMV takes x itself (S <= 4) and the
+    /// harness splits it as the fused kernel's blocks do.
+    fused: bool,
     _lib: libloading::Library,
     f: EmuFn,
     mma: EmuMmaFn,
@@ -170,6 +173,7 @@ impl Emulator {
                 .expect("ts_emu_gemm symbol")
         };
         Some(Emulator {
+            fused: defines.contains(&"TS_FUSE_SPLIT"),
             _lib: lib,
             f,
             mma,
@@ -236,8 +240,23 @@ impl Emulator {
         let xs = sh.x_stride as usize;
         let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
             .expect("activations");
-        let (xh, xa) = layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
-            .expect("split");
+        let (xh, xa) = if self.fused {
+            if s > 4 {
+                return None;
+            }
+            // x itself, as the halves' bytes (the fused build splits it).
+            let bits: Vec<u16> = xp
+                .iter()
+                .flat_map(|v| {
+                    let b = v.to_bits();
+                    [(b & 0xFFFF) as u16, (b >> 16) as u16]
+                })
+                .collect();
+            (bits, vec![0f32; s])
+        } else {
+            layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
+                .expect("split")
+        };
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
@@ -357,6 +376,15 @@ fn every_format_matches_the_oracle_with_other_schedules() {
 #[test]
 fn every_format_matches_the_oracle_with_12_warps() {
     every_format_matches_the_oracle_with("warps12", &["TS_MMA_WARPS=12"]);
+}
+
+/// The resident path's fused split (`Build::GemvMmaFused`, S <= 4): x split by the kernel
+/// source's own `split_p` / `fuse_split_group` into the interleaved layout its x loads read
+/// (`x_group`), with and without 12 warps.
+#[test]
+fn every_format_matches_the_oracle_with_the_fused_split() {
+    every_format_matches_the_oracle_with("fused", &["TS_FUSE_SPLIT"]);
+    every_format_matches_the_oracle_with("fused12", &["TS_FUSE_SPLIT", "TS_MMA_WARPS=12"]);
 }
 
 fn every_format_matches_the_oracle_with(tag: &str, defines: &[&str]) {

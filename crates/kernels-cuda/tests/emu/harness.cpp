@@ -6,6 +6,7 @@
 #define TS_HOST 1
 #include "gemv.cu"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -146,7 +147,37 @@ static int run_mma_s(int S, const MArgs& a, float* y) {
     }
 }
 
-// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 128] segment sums (layout.rs).
+#ifdef TS_FUSE_SPLIT
+// The fused split (gemv.cu `fuse_split`) as one device block runs it, in place on x ([S, xs]
+// f32 in `sm`): each row's p from its max |x| (`split_p`), each 8-column group split by
+// `fuse_split_group` (one "thread" each), and each 128-column segment's 16 group sums added
+// in the order of the device's half-warp butterfly (xor 8, 4, 2, 1; lane 0 keeps its value).
+static void emu_fuse_split(u8* sm, float* xa, int S, int xs, bool nib) {
+    float* smf = (float*)sm;
+    const int gpr = xs / 8, segs = xs / TS_SUM_SEG;
+    for (int s = 0; s < S; ++s) {
+        float mm = 0.0f;
+        for (int i = 0; i < xs; ++i) mm = std::fmax(mm, std::fabs(smf[(i64)s * xs + i]));
+        float p, inv;
+        split_p(mm, p, inv);
+        xa[s] = inv;
+        for (int seg = 0; seg < segs; ++seg) {
+            float t[16];
+            for (int l = 0; l < 16; ++l) t[l] = fuse_split_group(sm + 32 * ((i64)s * gpr + 16 * seg + l), p, nib);
+            for (int m = 8; m > 0; m >>= 1) {
+                float nt[16];
+                for (int l = 0; l < 16; ++l) nt[l] = t[l] + t[l ^ m];
+                for (int l = 0; l < 16; ++l) t[l] = nt[l];
+            }
+            xa[S + (i64)s * segs + seg] = t[0];
+        }
+    }
+}
+#endif
+
+// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 128] segment sums (layout.rs). Built
+// with -DTS_FUSE_SPLIT, xh carries x itself instead ([S, xs] f32: the same 2 S xs halves'
+// bytes) and xa is ignored: the harness splits x as the fused kernel's blocks do.
 // Returns 0, -1 for a (format, group, chunk) with no tensor-core build, -2 for an S not built.
 extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64 wlen, const u8* sc, i64 sclen,
                                const unsigned short* xh, i64 xhlen, const float* xa, i64 xalen, float* y, i64 rb,
@@ -155,7 +186,20 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
     a.w = (const u8*)aligned_copy(w, wlen);
     a.sc = (const u8*)aligned_copy(sc, sclen);
     a.xh = (const u8*)aligned_copy(xh, xhlen * 2);
+#ifdef TS_FUSE_SPLIT
+    (void)xa;
+    (void)xalen;
+    if (S > 4 || xhlen != 2 * (i64)S * xs) return -2;
+    {
+        float* fxa = (float*)std::malloc(4 * (size_t)(S + (i64)S * (xs / TS_SUM_SEG)));
+        const bool nib = fmt == TS_FMT_INT4_ROW || fmt == TS_FMT_INT4_G || fmt == TS_FMT_HFQ4 ||
+                         fmt == TS_FMT_MQ4_V2 || fmt == TS_FMT_MQ4C;
+        emu_fuse_split((u8*)a.xh, fxa, S, xs, nib);
+        a.xa = fxa;
+    }
+#else
     a.xa = (const float*)aligned_copy(xa, xalen * 4);
+#endif
     a.rb = rb;
     a.O = O;
     a.xs = xs;
