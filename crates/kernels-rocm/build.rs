@@ -17,6 +17,8 @@ use std::fmt::Write as _;
 
 fn main() {
     println!("cargo:rerun-if-changed=build/shaders.rs");
+    // KernelSpec::rows reads it: the S > 1 batch path or today's per-row path (A/B runs).
+    println!("cargo:rerun-if-env-changed=TESSERA_WGSL_BATCH_TILE");
     println!("cargo:rerun-if-changed=../../shaders/wgsl");
     for f in kernels_metal::kernels::SOURCE_FILES {
         println!("cargo:rerun-if-changed=../../shaders/wgsl/{f}");

@@ -272,3 +272,47 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     }
     return a;
 }
+
+// ---- S > 1, 4 rows a workgroup (prelude: `AccB`, `accb`) ----------------------------------
+// The tails take `partialb` instead of `partial` when S > 1 and ROWS = 4: item j (4 payload
+// words of a block) of the 4 rows is decoded once into weights q s + z (one rounding a
+// weight) and each activation vector is read once for all 4 rows.
+
+fn fastb() -> bool {
+    return true;
+}
+
+fn partialb(row0: u32, lid: u32) -> AccB {
+    let rb = p.row_bytes;
+    let nb = rb / 136u;
+    let rr = rows_b(row0);
+    var a: AccB;
+    for (var j = lid; j < 8u * nb; j += WG) {
+        let b = j / 8u;
+        let pp = j % 8u;
+        let it = items4(rr, rb, b, pp, group(b, nb));
+        for (var k = 0u; k < 4u; k++) {
+            // Word pp + 8 k: weights 64 k + 8 pp .. + 8 of the block, half k / 2.
+            let hh = k >> 1u;
+            let z0 = sz(it.h0, hh);
+            let z1 = sz(it.h1, hh);
+            let z2 = sz(it.h2, hh);
+            let z3 = sz(it.h3, hh);
+            let w = vec4<u32>(it.v0[k], it.v1[k], it.v2[k], it.v3[k]);
+            let i = 256u * b + 64u * k + 8u * pp;
+            accb(&a, Q4(
+                fma(u2f(nibbles_lo(w.x)), vec4<f32>(z0.x), vec4<f32>(z0.y)),
+                fma(u2f(nibbles_lo(w.y)), vec4<f32>(z1.x), vec4<f32>(z1.y)),
+                fma(u2f(nibbles_lo(w.z)), vec4<f32>(z2.x), vec4<f32>(z2.y)),
+                fma(u2f(nibbles_lo(w.w)), vec4<f32>(z3.x), vec4<f32>(z3.y)),
+            ), i);
+            accb(&a, Q4(
+                fma(u2f(nibbles_hi(w.x)), vec4<f32>(z0.x), vec4<f32>(z0.y)),
+                fma(u2f(nibbles_hi(w.y)), vec4<f32>(z1.x), vec4<f32>(z1.y)),
+                fma(u2f(nibbles_hi(w.z)), vec4<f32>(z2.x), vec4<f32>(z2.y)),
+                fma(u2f(nibbles_hi(w.w)), vec4<f32>(z3.x), vec4<f32>(z3.y)),
+            ), i + 4u);
+        }
+    }
+    return a;
+}

@@ -208,3 +208,42 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let qnan = bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
     return select(a * 0.00390625, vec4<f32>(qnan), nan);
 }
+
+// ---- S > 1, 4 rows a workgroup (prelude: `AccB`, `accb`) ----------------------------------
+// The tails take `partialb` instead of `partial` when S > 1 and ROWS = 4: each 4-byte slice
+// of chunk c is decoded once for the 4 rows (the binary16 decode, `e4m3_h`, with the tile
+// scale and the 2^8 folded in; the 4 rows lie in one 128-row band) and each activation
+// vector is read once for all of them. A NaN code poisons its row, as in `partial1_h`.
+
+fn fastb() -> bool {
+    return true;
+}
+
+fn partialb(row0: u32, lid: u32) -> AccB {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    let tpr = p.sc_row;
+    let rr = rows_b(row0);
+    let band = (rr.x / 128u) * tpr;
+    var a: AccB;
+    var n = vec4<u32>(0u);
+    for (var c = lid; c < nch; c += WG) {
+        let v = rows4(rr, c, rb);
+        let tk = band + group((16u * c) / 128u, tpr);
+        var d: f32;
+        if (UE8M0 == 1u) {
+            d = ue8m0(scale_byte(tk));
+        } else {
+            d = scale_f32(tk);
+        }
+        let ds = scaled(d) * 256.0;
+        for (var k = 0u; k < 4u; k++) {
+            let w = vec4<u32>(v.v0[k], v.v1[k], v.v2[k], v.v3[k]);
+            n |= (w & vec4<u32>(0x7F7F7F7Fu)) + vec4<u32>(0x01010101u);
+            // e4m3_h gives bytes (0, 2, 1, 3): .xzyw puts them back in order.
+            let q = Q4(ds * e4m3_h(w.x).xzyw, ds * e4m3_h(w.y).xzyw, ds * e4m3_h(w.z).xzyw, ds * e4m3_h(w.w).xzyw);
+            accb(&a, q, 16u * c + 4u * k);
+        }
+    }
+    return poisonb(a, (n & vec4<u32>(0x80808080u)) != vec4<u32>(0u));
+}

@@ -161,3 +161,14 @@ fn fast1() -> bool {
 fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
+
+// ---- S > 1, 4 rows a workgroup: not in this family (the tails call `partial`). ----------
+
+fn fastb() -> bool {
+    return false;
+}
+
+fn partialb(row0: u32, lid: u32) -> AccB {
+    var a: AccB;
+    return a;
+}

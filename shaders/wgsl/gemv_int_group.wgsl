@@ -118,3 +118,39 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     }
     return vec4<f32>(dot(p0, NIB_POS), dot(p1, NIB_POS), dot(p2, NIB_POS), dot(p3, NIB_POS));
 }
+
+// ---- S > 1, 4 rows a workgroup (prelude: `AccB`, `accb`) ----------------------------------
+// The tails take `partialb` instead of `partial` when S > 1, ROWS = 4 and `fastb()` (GS a
+// multiple of 32: one group scale per chunk and row, folded into the decoded weights): each
+// 4-weight slice of chunk c is decoded once for the 4 rows and each activation vector is
+// read once for all of them.
+
+fn fastb() -> bool {
+    return GS % 32u == 0u;
+}
+
+fn partialb(row0: u32, lid: u32) -> AccB {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    let ng = p.sc_row;
+    let rr = rows_b(row0);
+    var a: AccB;
+    for (var c = lid; c < nch; c += WG) {
+        let v = rows4(rr, c, rb);
+        let g = group(min((32u * c) / GS, ng - 1u), ng);
+        let sg = vec4<f32>(
+            scaled(scale_f32(rr.x * ng + g)),
+            scaled(scale_f32(rr.y * ng + g)),
+            scaled(scale_f32(rr.z * ng + g)),
+            scaled(scale_f32(rr.w * ng + g)),
+        );
+        let o = vec4<f32>(8.0);
+        for (var k = 0u; k < 4u; k++) {
+            let w = vec4<u32>(v.v0[k], v.v1[k], v.v2[k], v.v3[k]);
+            let i = 32u * c + 8u * k;
+            accb(&a, Q4(sg.x * (u2f(nibbles_lo(w.x)) - o), sg.y * (u2f(nibbles_lo(w.y)) - o), sg.z * (u2f(nibbles_lo(w.z)) - o), sg.w * (u2f(nibbles_lo(w.w)) - o)), i);
+            accb(&a, Q4(sg.x * (u2f(nibbles_hi(w.x)) - o), sg.y * (u2f(nibbles_hi(w.y)) - o), sg.z * (u2f(nibbles_hi(w.z)) - o), sg.w * (u2f(nibbles_hi(w.w)) - o)), i + 4u);
+        }
+    }
+    return a;
+}

@@ -144,3 +144,40 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     }
     return a * d;
 }
+
+// ---- S > 1, 4 rows a workgroup (prelude: `AccB`, `accb`) ----------------------------------
+// The tails take `partialb` instead of `partial` when S > 1, ROWS = 4 and `fastb()` (BITS 8
+// or 4): each 4-weight slice of chunk c is decoded once for the 4 rows and each activation
+// vector is read once for all of them.
+
+fn fastb() -> bool {
+    return BITS != 2u;
+}
+
+fn partialb(row0: u32, lid: u32) -> AccB {
+    let rb = p.row_bytes;
+    let nch = (rb + 15u) / 16u;
+    let rr = rows_b(row0);
+    let d = vec4<f32>(
+        scaled(scale_f32(rr.x)),
+        scaled(scale_f32(rr.y)),
+        scaled(scale_f32(rr.z)),
+        scaled(scale_f32(rr.w)),
+    );
+    var a: AccB;
+    for (var c = lid; c < nch; c += WG) {
+        let v = rows4(rr, c, rb);
+        for (var k = 0u; k < 4u; k++) {
+            let w = vec4<u32>(v.v0[k], v.v1[k], v.v2[k], v.v3[k]);
+            if (BITS == 8u) {
+                accb(&a, Q4(i8v(w.x), i8v(w.y), i8v(w.z), i8v(w.w)), 16u * c + 4u * k);
+            } else {
+                let i = 32u * c + 8u * k;
+                let o = vec4<f32>(8.0);
+                accb(&a, Q4(u2f(nibbles_lo(w.x)) - o, u2f(nibbles_lo(w.y)) - o, u2f(nibbles_lo(w.z)) - o, u2f(nibbles_lo(w.w)) - o), i);
+                accb(&a, Q4(u2f(nibbles_hi(w.x)) - o, u2f(nibbles_hi(w.y)) - o, u2f(nibbles_hi(w.z)) - o, u2f(nibbles_hi(w.w)) - o), i + 4u);
+            }
+        }
+    }
+    return scaleb(a, d);
+}

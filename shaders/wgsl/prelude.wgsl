@@ -384,3 +384,141 @@ fn q4i8(w: vec4<u32>, x: XQ) -> f32 {
     let s2 = q4plane(lo, hi, x.a2, x.b2, x.h.w);
     return fma(s0, 256.0, s1) + s2 * 0.00390625;
 }
+
+// ---- S > 1, 4 rows a workgroup (issue #5's batch path) --------------------------------------
+// Where a family's `fastb()` holds and ROWS is 4 (kernels.rs `KernelSpec::rows`), the tails
+// call `partialb` instead of `partial`: every invocation decodes 4 weights of each of the 4
+// rows once and reads each activation vector x[s, i .. i + 3] once for all 4 rows, and the
+// S x 4 partials live in the vec4 members of an `AccB` (constant indices only, so they stay
+// in registers; the private `acc`/`t`/`u` arrays are never touched). Today's path re-read
+// x once per row and indexed private arrays with loop variables.
+
+// a<s>: batch row s's partials of the workgroup's 4 rows (component r = row row0 + r).
+struct AccB {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+    a4: vec4<f32>,
+    a5: vec4<f32>,
+    a6: vec4<f32>,
+    a7: vec4<f32>,
+    a8: vec4<f32>,
+    a9: vec4<f32>,
+    a10: vec4<f32>,
+    a11: vec4<f32>,
+    a12: vec4<f32>,
+    a13: vec4<f32>,
+    a14: vec4<f32>,
+    a15: vec4<f32>,
+}
+
+// 4 consecutive weights of each of the 4 rows.
+struct Q4 {
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
+// q . x for each row.
+fn qdot(q: Q4, x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(q.r0, x), dot(q.r1, x), dot(q.r2, x), dot(q.r3, x));
+}
+
+// a<s> += q . x[s, i .. i + 3] for every s < S (S is a constant: the branches fold away).
+fn accb(a: ptr<function, AccB>, q: Q4, i: u32) {
+    (*a).a0 += qdot(q, x4(0u, i));
+    if (S > 1u) {
+        (*a).a1 += qdot(q, x4(1u, i));
+    }
+    if (S > 2u) {
+        (*a).a2 += qdot(q, x4(2u, i));
+    }
+    if (S > 3u) {
+        (*a).a3 += qdot(q, x4(3u, i));
+    }
+    if (S > 4u) {
+        (*a).a4 += qdot(q, x4(4u, i));
+    }
+    if (S > 5u) {
+        (*a).a5 += qdot(q, x4(5u, i));
+    }
+    if (S > 6u) {
+        (*a).a6 += qdot(q, x4(6u, i));
+    }
+    if (S > 7u) {
+        (*a).a7 += qdot(q, x4(7u, i));
+    }
+    if (S > 8u) {
+        (*a).a8 += qdot(q, x4(8u, i));
+    }
+    if (S > 9u) {
+        (*a).a9 += qdot(q, x4(9u, i));
+    }
+    if (S > 10u) {
+        (*a).a10 += qdot(q, x4(10u, i));
+    }
+    if (S > 11u) {
+        (*a).a11 += qdot(q, x4(11u, i));
+    }
+    if (S > 12u) {
+        (*a).a12 += qdot(q, x4(12u, i));
+    }
+    if (S > 13u) {
+        (*a).a13 += qdot(q, x4(13u, i));
+    }
+    if (S > 14u) {
+        (*a).a14 += qdot(q, x4(14u, i));
+    }
+    if (S > 15u) {
+        (*a).a15 += qdot(q, x4(15u, i));
+    }
+}
+
+// Every a<s> times the rows' scales d.
+fn scaleb(a: AccB, d: vec4<f32>) -> AccB {
+    return AccB(
+        a.a0 * d, a.a1 * d, a.a2 * d, a.a3 * d, a.a4 * d, a.a5 * d, a.a6 * d, a.a7 * d,
+        a.a8 * d, a.a9 * d, a.a10 * d, a.a11 * d, a.a12 * d, a.a13 * d, a.a14 * d, a.a15 * d,
+    );
+}
+
+// Every a<s> with the rows where `bad` set to NaN (a NaN weight poisons its whole row).
+fn poisonb(a: AccB, bad: vec4<bool>) -> AccB {
+    let q = vec4<f32>(bitcast<f32>(0x7FC00000u + p.reserved0 * 0u));
+    return AccB(
+        select(a.a0, q, bad), select(a.a1, q, bad), select(a.a2, q, bad), select(a.a3, q, bad),
+        select(a.a4, q, bad), select(a.a5, q, bad), select(a.a6, q, bad), select(a.a7, q, bad),
+        select(a.a8, q, bad), select(a.a9, q, bad), select(a.a10, q, bad), select(a.a11, q, bad),
+        select(a.a12, q, bad), select(a.a13, q, bad), select(a.a14, q, bad), select(a.a15, q, bad),
+    );
+}
+
+// a<s> for a runtime s (the reduction only, outside the hot loop).
+fn accb_at(a: AccB, s: u32) -> vec4<f32> {
+    switch (s) {
+        case 0u: { return a.a0; }
+        case 1u: { return a.a1; }
+        case 2u: { return a.a2; }
+        case 3u: { return a.a3; }
+        case 4u: { return a.a4; }
+        case 5u: { return a.a5; }
+        case 6u: { return a.a6; }
+        case 7u: { return a.a7; }
+        case 8u: { return a.a8; }
+        case 9u: { return a.a9; }
+        case 10u: { return a.a10; }
+        case 11u: { return a.a11; }
+        case 12u: { return a.a12; }
+        case 13u: { return a.a13; }
+        case 14u: { return a.a14; }
+        default: { return a.a15; }
+    }
+}
+
+// The workgroup's 4 rows (rows past O re-read row O - 1; the tails never store them).
+fn rows_b(row0: u32) -> vec4<u32> {
+    let last = p.o - 1u;
+    return vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
+}

@@ -16,6 +16,25 @@ fn main(
     if (row0 >= p.o) {
         return;
     }
+    if (S > 1u && ROWS == 4u && fastb()) {
+        // The family's S > 1 path (prelude `AccB`): S x 4 values, reduced 16 at a time
+        // (batch rows 4j .. 4j + 3 of the 4 rows).
+        let a = partialb(row0, lid);
+        for (var j = 0u; j < (S + 3u) / 4u; j++) {
+            for (var m = 0u; m < 4u; m++) {
+                let v = accb_at(a, 4u * j + m);
+                red[(4u * m) * WG + lid] = v.x;
+                red[(4u * m + 1u) * WG + lid] = v.y;
+                red[(4u * m + 2u) * WG + lid] = v.z;
+                red[(4u * m + 3u) * WG + lid] = v.w;
+            }
+            // Value k = 4 m + r: batch row 4 j + m of row row0 + r.
+            let k = lid;
+            let s = 4u * j + (k >> 2u);
+            reduce16(lid, 16u, row0 + (k & 3u), s, s < S);
+        }
+        return;
+    }
     let n = ROWS * S;
     if (S == 1u && fast1()) {
         // The family's S = 1 path: the row partials in one vector, no private arrays.
@@ -35,6 +54,14 @@ fn main(
             red[k * WG + lid] = acc[k];
         }
     }
+    // Value k: batch row k % S of row row0 + k / S.
+    reduce16(lid, n, row0 + lid / S, lid % S, true);
+}
+
+// Sums each of the n <= 16 values red[k * WG ..][0 .. WG) and stores value k = lid to
+// y[s, row] (where `keep` and row < O; the caller passes lid's row and s). Barriers inside:
+// every invocation calls it.
+fn reduce16(lid: u32, n: u32, row: u32, s: u32, keep: bool) {
     workgroupBarrier();
     // Invocation lid sums 16 of value lid / 8's 128 partials ...
     let kk = lid >> 3u;
@@ -53,9 +80,10 @@ fn main(
         for (var m = 0u; m < 8u; m++) {
             v += red[lid * 8u + m];
         }
-        let row = row0 + lid / S;
-        if (row < p.o) {
-            y[(lid % S) * p.o + row] = v;
+        if (keep && row < p.o) {
+            y[s * p.o + row] = v;
         }
     }
+    // red is written again by the caller's next pass.
+    workgroupBarrier();
 }

@@ -20,6 +20,36 @@ fn main(
     if (row0 >= p.o) {
         return;
     }
+    if (S > 1u && ROWS == 4u && fastb()) {
+        // The family's S > 1 path (prelude `AccB`): S x 4 values, 16 at a time (batch rows
+        // 4j .. 4j + 3 of the 4 rows; value k = 4 m + r at red[k * 32 ..]).
+        let a = partialb(row0, lid);
+        for (var j = 0u; j < (S + 3u) / 4u; j++) {
+            for (var m = 0u; m < 4u; m++) {
+                let v = subgroupAdd(accb_at(a, 4u * j + m));
+                if (sgi == 0u) {
+                    red[(4u * m) * 32u + sgid] = v.x;
+                    red[(4u * m + 1u) * 32u + sgid] = v.y;
+                    red[(4u * m + 2u) * 32u + sgid] = v.z;
+                    red[(4u * m + 3u) * 32u + sgid] = v.w;
+                }
+            }
+            workgroupBarrier();
+            let s = 4u * j + (lid >> 2u);
+            let row = row0 + (lid & 3u);
+            if (lid < 16u && s < S) {
+                var v = 0.0;
+                for (var m = 0u; m < nsg; m++) {
+                    v += red[lid * 32u + m];
+                }
+                if (row < p.o) {
+                    y[s * p.o + row] = v;
+                }
+            }
+            workgroupBarrier();
+        }
+        return;
+    }
     let n = ROWS * S;
     if (S == 1u && fast1()) {
         // The family's S = 1 path: the row partials in one vector, no private arrays.

@@ -195,12 +195,30 @@ pub const MAX_ROWS_TIMES_S: usize = 16;
 impl KernelSpec {
     /// Whether `rows` rows a workgroup at batch `s` is a variant the kernels admit:
     /// 1 <= rows <= [`MAX_ROWS`] and `rows * s <= `[`MAX_ROWS_TIMES_S`], 1 <= s <= [`MAX_S`].
+    /// Also admitted: [`MAX_ROWS`] rows at any S where [`KernelSpec::batch_tiled`] (that
+    /// path keeps S x 4 partials in registers, not in the 16-entry private arrays).
     pub fn admits(&self, s: usize, rows: u32) -> bool {
         (1..=MAX_S).contains(&s)
             && (1..=MAX_ROWS).contains(&rows)
-            && (rows as usize)
+            && ((rows as usize)
                 .checked_mul(s)
                 .is_some_and(|v| v <= MAX_ROWS_TIMES_S)
+                || (rows == MAX_ROWS && self.batch_tiled()))
+    }
+
+    /// Whether the kernel has the S > 1 path that owns [`MAX_ROWS`] rows a workgroup and
+    /// reads each activation vector once for all of them (WGSL `fastb()`: gemv_int_row
+    /// BITS 8 and 4, gemv_int_group with GS a multiple of 32, gemv_fp8, gemv_affine256).
+    /// The shaders take it when S > 1 and ROWS = 4; keep this in step with their `fastb()`.
+    pub fn batch_tiled(&self) -> bool {
+        let constant = |name: &str| self.constants.iter().find(|c| c.0 == name).map(|c| c.1);
+        if self.file == INT_ROW.0 {
+            constant("BITS").is_some_and(|b| b == 8.0 || b == 4.0)
+        } else if self.file == INT_GROUP.0 {
+            constant("GS").is_some_and(|g| g % 32.0 == 0.0)
+        } else {
+            self.file == FP8.0 || self.file == AFFINE.0
+        }
     }
 
     /// The default rows a workgroup at batch `s`: at S = 1, [`MAX_ROWS`] for every family
@@ -209,8 +227,12 @@ impl KernelSpec {
     /// the H200: docs/VULKAN.md); above S = 1, 1 for the families measured on the H200
     /// (int_row, int_group, fp8, affine256; docs/WGPU.md) and [`rows_per_workgroup`] for the
     /// others (not yet measured).
+    ///
+    /// Where [`KernelSpec::batch_tiled`], S > 1 takes [`MAX_ROWS`] too (the 4-row batch
+    /// path), unless [`batch_tiling`] is off (`TESSERA_WGSL_BATCH_TILE=0`: today's path,
+    /// for A/B runs; the Vulkan tier reads it when it is built).
     pub fn rows(&self, s: usize) -> u32 {
-        if s <= 1 {
+        if s <= 1 || (self.batch_tiled() && batch_tiling()) {
             MAX_ROWS
         } else if MEASURED_FILES.contains(&self.file) {
             1
@@ -328,6 +350,13 @@ impl Params {
         }
         b
     }
+}
+
+/// Whether the S > 1 batch path of [`KernelSpec::batch_tiled`] kernels is on: yes unless
+/// `TESSERA_WGSL_BATCH_TILE=0` (then [`KernelSpec::rows`] falls back to the rows of the
+/// per-row path, which re-reads the activations once per row; kept for A/B runs).
+pub fn batch_tiling() -> bool {
+    std::env::var("TESSERA_WGSL_BATCH_TILE").as_deref() != Ok("0")
 }
 
 /// [`Params::reserved1`] as the hosts set it: 1 where `TESSERA_FP8_DECODE=shift` (gemv_fp8
@@ -678,6 +707,40 @@ mod tests {
             !int8_activations(Format::Int4G48, 1),
             "GS 48 straddles blocks"
         );
+    }
+
+    /// The batch path (WGSL `fastb()`) is where the shaders have it, and only there may 4
+    /// rows run above S = 4 (the per-row path's private arrays hold 16 partials).
+    #[test]
+    fn batch_path_rows_follow_the_shaders() {
+        let tiled = [
+            Format::Int8Row,
+            Format::Int4Row,
+            Format::Int4G32,
+            Format::Int4G64,
+            Format::Int4G96,
+            Format::Int4G128,
+            Format::Int4G192,
+            Format::Int4G256,
+            Format::Fp8E4m3B128,
+            Format::Fp8E4m3B128Ue8m0,
+            Format::Hfq4G256,
+            Format::Mq4G256V2,
+        ];
+        for f in Format::all() {
+            let k = kernel_for(f).unwrap();
+            assert_eq!(
+                k.batch_tiled(),
+                tiled.contains(&f) || (k.file == AFFINE.0),
+                "{f}"
+            );
+            assert_eq!(k.admits(16, MAX_ROWS), k.batch_tiled(), "{f}");
+            for s in 1..=MAX_S {
+                assert!(k.admits(s, k.rows(s)), "{f} S={s}");
+            }
+        }
+        assert!(!kernel_for(Format::Int2Row).unwrap().batch_tiled());
+        assert!(!kernel_for(Format::Int4G48).unwrap().batch_tiled());
     }
 
     #[test]

@@ -42,6 +42,32 @@ struct XQ {
     uint4 h;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
+struct Q4_ {
+    float4 r0_;
+    float4 r1_;
+    float4 r2_;
+    float4 r3_;
+};
+
 struct Items4_ {
     uint4 v0_;
     uint4 v1_;
@@ -70,7 +96,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_4 : SV_GroupIndex;
+    uint lid_5 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -88,9 +114,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_1)
+float4 u2f(uint4 v_2)
 {
-    return (asfloat((v_1 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 uint4 nibbles_lo(uint w)
@@ -127,10 +153,10 @@ float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_2 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_2 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_2 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_2);
+    uint4 m_4 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_4 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_4 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_4);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e == (0u).xxxx) ? sub : ((e == (31u).xxxx) ? special : normal));
 }
@@ -278,14 +304,14 @@ XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4
 XQ xq(uint c_1)
 {
     uint _e3 = p.x_stride;
-    uint k_4 = ((_e3 >> 2u) + (7u * c_1));
-    float4 _e11 = asfloat(xv.Load4(k_4*16));
-    float4 _e17 = asfloat(xv.Load4((k_4 + 1u)*16));
-    float4 _e23 = asfloat(xv.Load4((k_4 + 2u)*16));
-    float4 _e29 = asfloat(xv.Load4((k_4 + 3u)*16));
-    float4 _e35 = asfloat(xv.Load4((k_4 + 4u)*16));
-    float4 _e41 = asfloat(xv.Load4((k_4 + 5u)*16));
-    float4 _e47 = asfloat(xv.Load4((k_4 + 6u)*16));
+    uint k_5 = ((_e3 >> 2u) + (7u * c_1));
+    float4 _e11 = asfloat(xv.Load4(k_5*16));
+    float4 _e17 = asfloat(xv.Load4((k_5 + 1u)*16));
+    float4 _e23 = asfloat(xv.Load4((k_5 + 2u)*16));
+    float4 _e29 = asfloat(xv.Load4((k_5 + 3u)*16));
+    float4 _e35 = asfloat(xv.Load4((k_5 + 4u)*16));
+    float4 _e41 = asfloat(xv.Load4((k_5 + 5u)*16));
+    float4 _e47 = asfloat(xv.Load4((k_5 + 6u)*16));
     const XQ xq_1 = ConstructXQ(asuint(_e11), asuint(_e17), asuint(_e23), asuint(_e29), asuint(_e35), asuint(_e41), asuint(_e47));
     return xq_1;
 }
@@ -308,8 +334,8 @@ float q4plane(uint4 lo, uint4 hi, uint4 a, uint4 b, uint h_1)
     uint _e31 = b.z;
     uint _e34 = hi.w;
     uint _e35 = b.w;
-    int s_3 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h_1)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
-    return (asfloat(s_3) - 12582912.0);
+    int s_4 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h_1)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
+    return (asfloat(s_4) - 12582912.0);
 }
 
 float q4i8_(uint4 w_6, XQ x_1)
@@ -318,13 +344,180 @@ float q4i8_(uint4 w_6, XQ x_1)
     const uint _e5 = nib_order(w_6.y);
     const uint _e7 = nib_order(w_6.z);
     const uint _e9 = nib_order(w_6.w);
-    uint4 v_3 = uint4(_e3, _e5, _e7, _e9);
-    uint4 lo_1 = (v_3 & (252645135u).xxxx);
-    uint4 hi_1 = ((v_3 >> (4u).xxxx) & (252645135u).xxxx);
+    uint4 v_4 = uint4(_e3, _e5, _e7, _e9);
+    uint4 lo_1 = (v_4 & (252645135u).xxxx);
+    uint4 hi_1 = ((v_4 >> (4u).xxxx) & (252645135u).xxxx);
     const float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
     const float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
     const float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
     return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
+}
+
+float4 qdot(Q4_ q_1, float4 x_2)
+{
+    return float4(dot(q_1.r0_, x_2), dot(q_1.r1_, x_2), dot(q_1.r2_, x_2), dot(q_1.r3_, x_2));
+}
+
+void accb(inout AccB a_1, Q4_ q_2, uint i_2)
+{
+    float4 _e4 = a_1.a0_;
+    const float4 _e6 = x4_(0u, i_2);
+    const float4 _e7 = qdot(q_2, _e6);
+    a_1.a0_ = (_e4 + _e7);
+    if (false) {
+        float4 _e14 = a_1.a1_;
+        const float4 _e16 = x4_(1u, i_2);
+        const float4 _e17 = qdot(q_2, _e16);
+        a_1.a1_ = (_e14 + _e17);
+    }
+    if (false) {
+        float4 _e24 = a_1.a2_;
+        const float4 _e26 = x4_(2u, i_2);
+        const float4 _e27 = qdot(q_2, _e26);
+        a_1.a2_ = (_e24 + _e27);
+    }
+    if (false) {
+        float4 _e34 = a_1.a3_;
+        const float4 _e36 = x4_(3u, i_2);
+        const float4 _e37 = qdot(q_2, _e36);
+        a_1.a3_ = (_e34 + _e37);
+    }
+    if (false) {
+        float4 _e44 = a_1.a4_;
+        const float4 _e46 = x4_(4u, i_2);
+        const float4 _e47 = qdot(q_2, _e46);
+        a_1.a4_ = (_e44 + _e47);
+    }
+    if (false) {
+        float4 _e54 = a_1.a5_;
+        const float4 _e56 = x4_(5u, i_2);
+        const float4 _e57 = qdot(q_2, _e56);
+        a_1.a5_ = (_e54 + _e57);
+    }
+    if (false) {
+        float4 _e64 = a_1.a6_;
+        const float4 _e66 = x4_(6u, i_2);
+        const float4 _e67 = qdot(q_2, _e66);
+        a_1.a6_ = (_e64 + _e67);
+    }
+    if (false) {
+        float4 _e74 = a_1.a7_;
+        const float4 _e76 = x4_(7u, i_2);
+        const float4 _e77 = qdot(q_2, _e76);
+        a_1.a7_ = (_e74 + _e77);
+    }
+    if (false) {
+        float4 _e84 = a_1.a8_;
+        const float4 _e86 = x4_(8u, i_2);
+        const float4 _e87 = qdot(q_2, _e86);
+        a_1.a8_ = (_e84 + _e87);
+    }
+    if (false) {
+        float4 _e94 = a_1.a9_;
+        const float4 _e96 = x4_(9u, i_2);
+        const float4 _e97 = qdot(q_2, _e96);
+        a_1.a9_ = (_e94 + _e97);
+    }
+    if (false) {
+        float4 _e104 = a_1.a10_;
+        const float4 _e106 = x4_(10u, i_2);
+        const float4 _e107 = qdot(q_2, _e106);
+        a_1.a10_ = (_e104 + _e107);
+    }
+    if (false) {
+        float4 _e114 = a_1.a11_;
+        const float4 _e116 = x4_(11u, i_2);
+        const float4 _e117 = qdot(q_2, _e116);
+        a_1.a11_ = (_e114 + _e117);
+    }
+    if (false) {
+        float4 _e124 = a_1.a12_;
+        const float4 _e126 = x4_(12u, i_2);
+        const float4 _e127 = qdot(q_2, _e126);
+        a_1.a12_ = (_e124 + _e127);
+    }
+    if (false) {
+        float4 _e134 = a_1.a13_;
+        const float4 _e136 = x4_(13u, i_2);
+        const float4 _e137 = qdot(q_2, _e136);
+        a_1.a13_ = (_e134 + _e137);
+    }
+    if (false) {
+        float4 _e144 = a_1.a14_;
+        const float4 _e146 = x4_(14u, i_2);
+        const float4 _e147 = qdot(q_2, _e146);
+        a_1.a14_ = (_e144 + _e147);
+    }
+    if (false) {
+        float4 _e154 = a_1.a15_;
+        const float4 _e156 = x4_(15u, i_2);
+        const float4 _e157 = qdot(q_2, _e156);
+        a_1.a15_ = (_e154 + _e157);
+        return;
+    } else {
+        return;
+    }
+}
+
+float4 accb_at(AccB a_2, uint s_3)
+{
+    switch(s_3) {
+        case 0u: {
+            return a_2.a0_;
+        }
+        case 1u: {
+            return a_2.a1_;
+        }
+        case 2u: {
+            return a_2.a2_;
+        }
+        case 3u: {
+            return a_2.a3_;
+        }
+        case 4u: {
+            return a_2.a4_;
+        }
+        case 5u: {
+            return a_2.a5_;
+        }
+        case 6u: {
+            return a_2.a6_;
+        }
+        case 7u: {
+            return a_2.a7_;
+        }
+        case 8u: {
+            return a_2.a8_;
+        }
+        case 9u: {
+            return a_2.a9_;
+        }
+        case 10u: {
+            return a_2.a10_;
+        }
+        case 11u: {
+            return a_2.a11_;
+        }
+        case 12u: {
+            return a_2.a12_;
+        }
+        case 13u: {
+            return a_2.a13_;
+        }
+        case 14u: {
+            return a_2.a14_;
+        }
+        default: {
+            return a_2.a15_;
+        }
+    }
+}
+
+uint4 rows_b(uint row0_)
+{
+    uint _e3 = p.o;
+    uint last = (_e3 - 1u);
+    return uint4(row0_, min((row0_ + 1u), last), min((row0_ + 2u), last), min((row0_ + 3u), last));
 }
 
 uint naga_div(uint lhs, uint rhs) {
@@ -345,37 +538,37 @@ ret_ZeroValuearray4_uint2_ ZeroValuearray4_uint2_() {
     return (uint2[4])0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial(uint row0_1, uint lid_1)
 {
-    uint j = (uint)0;
-    uint4 v_2[4] = (uint4[4])0;
+    uint j_1 = (uint)0;
+    uint4 v_3[4] = (uint4[4])0;
     uint2 h_2[4] = (uint2[4])0;
     uint r_1 = (uint)0;
     uint r_2 = (uint)0;
     uint k_3 = (uint)0;
-    bool local_1 = (bool)0;
+    bool local_4 = (bool)0;
 
     uint rb_5 = p.row_bytes;
     uint nb = naga_div(rb_5, 136u);
-    j = lid_1;
+    j_1 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e179 = j;
-            j = (_e179 + WG);
+            uint _e179 = j_1;
+            j_1 = (_e179 + WG);
         }
         loop_init_2 = false;
-        uint _e8 = j;
+        uint _e8 = j_1;
         if ((_e8 < (8u * nb))) {
         } else {
             break;
         }
         {
-            uint _e12 = j;
+            uint _e12 = j_1;
             uint b_5 = naga_div(_e12, 8u);
-            uint _e15 = j;
+            uint _e15 = j_1;
             uint pp_2 = naga_mod(_e15, 8u);
-            v_2 = ZeroValuearray4_uint4_();
+            v_3 = ZeroValuearray4_uint4_();
             h_2 = ZeroValuearray4_uint2_();
             r_1 = 0u;
             bool loop_init_3 = true;
@@ -393,18 +586,18 @@ void partial(uint row0_, uint lid_1)
                 {
                     uint _e27 = r_1;
                     uint _e31 = p.o;
-                    if (((row0_ + _e27) < _e31)) {
+                    if (((row0_1 + _e27) < _e31)) {
                         uint _e33 = r_1;
-                        uint bw = naga_div((((row0_ + _e33) * rb_5) + (136u * b_5)), 4u);
+                        uint bw = naga_div((((row0_1 + _e33) * rb_5) + (136u * b_5)), 4u);
                         uint _e41 = r_1;
                         const uint _e45 = group(b_5, nb);
-                        uint hw = naga_div((((row0_ + _e41) * rb_5) + (136u * _e45)), 4u);
+                        uint hw = naga_div((((row0_1 + _e41) * rb_5) + (136u * _e45)), 4u);
                         uint _e50 = r_1;
                         const uint _e55 = word(((bw + 2u) + pp_2));
                         const uint _e59 = word(((bw + 10u) + pp_2));
                         const uint _e63 = word(((bw + 18u) + pp_2));
                         const uint _e67 = word(((bw + 26u) + pp_2));
-                        v_2[min(uint(_e50), 3u)] = uint4(_e55, _e59, _e63, _e67);
+                        v_3[min(uint(_e50), 3u)] = uint4(_e55, _e59, _e63, _e67);
                         uint _e69 = r_1;
                         const uint _e71 = word(hw);
                         const uint _e74 = word((hw + 1u));
@@ -429,7 +622,7 @@ void partial(uint row0_, uint lid_1)
                 {
                     uint _e89 = r_2;
                     uint _e93 = p.o;
-                    if (((row0_ + _e89) < _e93)) {
+                    if (((row0_1 + _e89) < _e93)) {
                         k_3 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -446,22 +639,22 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_7 = v_2[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
+                                uint w_7 = v_3[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
                                 uint _e106 = k_3;
-                                uint i_2 = (i0_ + (64u * _e106));
+                                uint i_3 = (i0_ + (64u * _e106));
                                 const uint4 _e109 = nibbles_lo(w_7);
                                 const float4 _e110 = u2f(_e109);
-                                tdot_sum(i_2, _e110);
+                                tdot_sum(i_3, _e110);
                                 const uint4 _e113 = nibbles_hi(w_7);
                                 const float4 _e114 = u2f(_e113);
-                                tdot_sum((i_2 + 4u), _e114);
+                                tdot_sum((i_3 + 4u), _e114);
                                 if (false) {
                                     uint _e121 = k_3;
-                                    local_1 = (_e121 == 1u);
+                                    local_4 = (_e121 == 1u);
                                 } else {
-                                    local_1 = false;
+                                    local_4 = false;
                                 }
-                                bool _e125 = local_1;
+                                bool _e125 = local_4;
                                 if (_e125) {
                                     uint _e126 = r_2;
                                     uint _e129 = h_2[min(uint(_e126), 3u)].x;
@@ -551,31 +744,31 @@ float2 sz(uint2 hd, uint h_3)
 
 Items4_ items4_(uint4 rr, uint rb_2, uint b_3, uint pp_1, uint gb)
 {
-    Items4_ q_1 = (Items4_)0;
+    Items4_ q_3 = (Items4_)0;
 
     const uint4 _e8 = item(rr.x, rb_2, b_3, pp_1);
-    q_1.v0_ = _e8;
+    q_3.v0_ = _e8;
     const uint2 _e11 = header(rr.x, rb_2, gb);
-    q_1.h0_ = _e11;
+    q_3.h0_ = _e11;
     if (true) {
         const uint4 _e18 = item(rr.y, rb_2, b_3, pp_1);
-        q_1.v1_ = _e18;
+        q_3.v1_ = _e18;
         const uint2 _e21 = header(rr.y, rb_2, gb);
-        q_1.h1_ = _e21;
+        q_3.h1_ = _e21;
     }
     if (true) {
         const uint4 _e28 = item(rr.z, rb_2, b_3, pp_1);
-        q_1.v2_ = _e28;
+        q_3.v2_ = _e28;
         const uint2 _e31 = header(rr.z, rb_2, gb);
-        q_1.h2_ = _e31;
+        q_3.h2_ = _e31;
     }
     if (true) {
         const uint4 _e38 = item(rr.w, rb_2, b_3, pp_1);
-        q_1.v3_ = _e38;
+        q_3.v3_ = _e38;
         const uint2 _e41 = header(rr.w, rb_2, gb);
-        q_1.h3_ = _e41;
+        q_3.h3_ = _e41;
     }
-    Items4_ _e42 = q_1;
+    Items4_ _e42 = q_3;
     const Items4_ items4_1 = _e42;
     return items4_1;
 }
@@ -593,9 +786,9 @@ float q4a16_(uint w0_, uint w1_, float4 xa0_, float4 xb0_, float4 xa1_, float4 x
     return dot(f_1, NIB_POS);
 }
 
-uint4 sub4_(uint row_2, uint rb_3, uint b_4, uint m_1)
+uint4 sub4_(uint row_2, uint rb_3, uint b_4, uint m_3)
 {
-    uint bw_2 = ((naga_div(((row_2 * rb_3) + (136u * b_4)), 4u) + 2u) + (4u * m_1));
+    uint bw_2 = ((naga_div(((row_2 * rb_3) + (136u * b_4)), 4u) + 2u) + (4u * m_3));
     const uint _e15 = word(bw_2);
     const uint _e18 = word((bw_2 + 1u));
     const uint _e21 = word((bw_2 + 2u));
@@ -641,58 +834,58 @@ float ZeroValuefloat() {
 
 float4 partial1_i8_(uint4 rr_1, uint lid_2)
 {
-    float4 a_1 = (0.0).xxxx;
-    uint j_1 = (uint)0;
+    float4 a_3 = (0.0).xxxx;
+    uint j_2 = (uint)0;
     float4 f = (float4)0;
     float sx = (float)0;
 
     uint rb_6 = p.row_bytes;
     uint nb_1 = naga_div(rb_6, 136u);
-    j_1 = lid_2;
+    j_2 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e133 = j_1;
-            j_1 = (_e133 + WG);
+            uint _e133 = j_2;
+            j_2 = (_e133 + WG);
         }
         loop_init_6 = false;
-        uint _e11 = j_1;
+        uint _e11 = j_2;
         if ((_e11 < (8u * nb_1))) {
         } else {
             break;
         }
         {
-            uint _e15 = j_1;
+            uint _e15 = j_2;
             uint b_6 = naga_div(_e15, 8u);
-            uint _e18 = j_1;
-            uint m_3 = naga_mod(_e18, 8u);
-            uint h_5 = naga_div(m_3, 4u);
+            uint _e18 = j_2;
+            uint m_5 = naga_mod(_e18, 8u);
+            uint h_5 = naga_div(m_5, 4u);
             const uint _e23 = group(b_6, nb_1);
-            const uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_3);
-            const uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_3);
-            const uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_3);
-            const uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_3);
+            const uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_5);
+            const uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_5);
+            const uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_5);
+            const uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_5);
             const float2 _e33 = sz8_(rr_1.x, rb_6, _e23, h_5);
             const float2 _e35 = sz8_(rr_1.y, rb_6, _e23, h_5);
             const float2 _e37 = sz8_(rr_1.z, rb_6, _e23, h_5);
             const float2 _e39 = sz8_(rr_1.w, rb_6, _e23, h_5);
             float4 sc4_ = float4(_e33.x, _e35.x, _e37.x, _e39.x);
             float4 z4_ = float4(_e33.y, _e35.y, _e37.y, _e39.y);
-            uint _e50 = j_1;
+            uint _e50 = j_2;
             const XQ _e51 = xq(_e50);
             f = ZeroValuefloat4();
             sx = ZeroValuefloat();
             if (((_e51.h.x & 2139095040u) != 2139095040u)) {
                 float dh = asfloat(_e51.h.x);
-                int3 q_2 = (asint(((1262485504u).xxx - _e51.h.yzw)) >> (3u).xxx);
-                sx = (float(asint(asuint(asint(asuint(asint(asuint(q_2.x) * asuint(int(65536)))) + asuint(asint(asuint(q_2.y) * asuint(int(256)))))) + asuint(q_2.z))) * (dh * 0.00390625));
+                int3 q_4 = (asint(((1262485504u).xxx - _e51.h.yzw)) >> (3u).xxx);
+                sx = (float(asint(asuint(asint(asuint(asint(asuint(q_4.x) * asuint(int(65536)))) + asuint(asint(asuint(q_4.y) * asuint(int(256)))))) + asuint(q_4.z))) * (dh * 0.00390625));
                 const float _e87 = q4i8_(_e25, _e51);
                 const float _e88 = q4i8_(_e27, _e51);
                 const float _e89 = q4i8_(_e29, _e51);
                 const float _e90 = q4i8_(_e31, _e51);
                 f = (dh * float4(_e87, _e88, _e89, _e90));
             } else {
-                uint _e93 = j_1;
+                uint _e93 = j_2;
                 const X8_ _e94 = x8_(_e93);
                 sx = dot((((_e94.x0_ + _e94.x1_) + (_e94.x2_ + _e94.x3_)) + ((_e94.x4_ + _e94.x5_) + (_e94.x6_ + _e94.x7_))), (1.0).xxxx);
                 const float4 _e113 = q4row(_e25, _e94);
@@ -701,48 +894,48 @@ float4 partial1_i8_(uint4 rr_1, uint lid_2)
                 const float4 _e122 = q4row(_e31, _e94);
                 f = float4(dot(_e113, NIB_POS), dot(_e116, NIB_POS), dot(_e119, NIB_POS), dot(_e122, NIB_POS));
             }
-            float4 _e126 = a_1;
+            float4 _e126 = a_3;
             float4 _e127 = f;
             float _e129 = sx;
-            a_1 = (_e126 + ((sc4_ * _e127) + (z4_ * _e129)));
+            a_3 = (_e126 + ((sc4_ * _e127) + (z4_ * _e129)));
         }
     }
-    float4 _e136 = a_1;
+    float4 _e136 = a_3;
     return _e136;
 }
 
-float4 partial1_(uint row0_1, uint lid_3)
+float4 partial1_(uint row0_2, uint lid_3)
 {
-    float4 a_2 = (0.0).xxxx;
-    uint j_2 = (uint)0;
+    float4 a_4 = (0.0).xxxx;
+    uint j_3 = (uint)0;
 
     uint rb_7 = p.row_bytes;
     uint nb_2 = naga_div(rb_7, 136u);
     uint _e9 = p.o;
-    uint last = (_e9 - 1u);
-    uint4 rr_2 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint last_1 = (_e9 - 1u);
+    uint4 rr_2 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
     uint _e24 = p.reserved0_;
     if ((_e24 == 1u)) {
         const float4 _e27 = partial1_i8_(rr_2, lid_3);
         return _e27;
     }
-    j_2 = lid_3;
+    j_3 = lid_3;
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e195 = j_2;
-            j_2 = (_e195 + WG);
+            uint _e195 = j_3;
+            j_3 = (_e195 + WG);
         }
         loop_init_7 = false;
-        uint _e32 = j_2;
+        uint _e32 = j_3;
         if ((_e32 < (8u * nb_2))) {
         } else {
             break;
         }
         {
-            uint _e36 = j_2;
+            uint _e36 = j_3;
             uint b_7 = naga_div(_e36, 8u);
-            uint _e39 = j_2;
+            uint _e39 = j_3;
             uint pp_3 = naga_mod(_e39, 8u);
             const uint _e42 = group(b_7, nb_2);
             const Items4_ _e43 = items4_(rr_2, rb_7, b_7, pp_3, _e42);
@@ -780,14 +973,111 @@ float4 partial1_(uint row0_1, uint lid_3)
             float4 z0_ = float4(_e143.y, _e146.y, _e149.y, _e152.y);
             float4 sc1_ = float4(_e155.x, _e158.x, _e161.x, _e164.x);
             float4 z1_ = float4(_e155.y, _e158.y, _e161.y, _e164.y);
-            float4 _e185 = a_2;
-            a_2 = (_e185 + ((sc0_ * f0_) + (z0_ * sx0_)));
-            float4 _e190 = a_2;
-            a_2 = (_e190 + ((sc1_ * f1_) + (z1_ * sx1_)));
+            float4 _e185 = a_4;
+            a_4 = (_e185 + ((sc0_ * f0_) + (z0_ * sx0_)));
+            float4 _e190 = a_4;
+            a_4 = (_e190 + ((sc1_ * f1_) + (z1_ * sx1_)));
         }
     }
-    float4 _e198 = a_2;
+    float4 _e198 = a_4;
     return _e198;
+}
+
+bool fastb()
+{
+    return true;
+}
+
+Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
+    Q4_ ret = (Q4_)0;
+    ret.r0_ = arg0;
+    ret.r1_ = arg1;
+    ret.r2_ = arg2;
+    ret.r3_ = arg3;
+    return ret;
+}
+
+AccB partialb(uint row0_3, uint lid_4)
+{
+    AccB a_5 = (AccB)0;
+    uint j_4 = (uint)0;
+    uint k_4 = (uint)0;
+
+    uint rb_8 = p.row_bytes;
+    uint nb_3 = naga_div(rb_8, 136u);
+    const uint4 _e7 = rows_b(row0_3);
+    j_4 = lid_4;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e131 = j_4;
+            j_4 = (_e131 + WG);
+        }
+        loop_init_8 = false;
+        uint _e10 = j_4;
+        if ((_e10 < (8u * nb_3))) {
+        } else {
+            break;
+        }
+        {
+            uint _e14 = j_4;
+            uint b_8 = naga_div(_e14, 8u);
+            uint _e17 = j_4;
+            uint pp_4 = naga_mod(_e17, 8u);
+            const uint _e20 = group(b_8, nb_3);
+            const Items4_ _e21 = items4_(_e7, rb_8, b_8, pp_4, _e20);
+            k_4 = 0u;
+            bool loop_init_9 = true;
+            while(true) {
+                if (!loop_init_9) {
+                    uint _e129 = k_4;
+                    k_4 = (_e129 + 1u);
+                }
+                loop_init_9 = false;
+                uint _e24 = k_4;
+                if ((_e24 < 4u)) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e27 = k_4;
+                    uint hh = (_e27 >> 1u);
+                    const float2 _e31 = sz(_e21.h0_, hh);
+                    const float2 _e33 = sz(_e21.h1_, hh);
+                    const float2 _e35 = sz(_e21.h2_, hh);
+                    const float2 _e37 = sz(_e21.h3_, hh);
+                    uint _e39 = k_4;
+                    uint _e42 = k_4;
+                    uint _e45 = k_4;
+                    uint _e48 = k_4;
+                    uint4 w_8 = uint4(_e21.v0_[min(uint(_e39), 3u)], _e21.v1_[min(uint(_e42), 3u)], _e21.v2_[min(uint(_e45), 3u)], _e21.v3_[min(uint(_e48), 3u)]);
+                    uint _e54 = k_4;
+                    uint i_4 = (((256u * b_8) + (64u * _e54)) + (8u * pp_4));
+                    const uint4 _e61 = nibbles_lo(w_8.x);
+                    const float4 _e62 = u2f(_e61);
+                    const uint4 _e69 = nibbles_lo(w_8.y);
+                    const float4 _e70 = u2f(_e69);
+                    const uint4 _e77 = nibbles_lo(w_8.z);
+                    const float4 _e78 = u2f(_e77);
+                    const uint4 _e85 = nibbles_lo(w_8.w);
+                    const float4 _e86 = u2f(_e85);
+                    accb(a_5, ConstructQ4_(mad(_e62, (_e31.x).xxxx, (_e31.y).xxxx), mad(_e70, (_e33.x).xxxx, (_e33.y).xxxx), mad(_e78, (_e35.x).xxxx, (_e35.y).xxxx), mad(_e86, (_e37.x).xxxx, (_e37.y).xxxx)), i_4);
+                    const uint4 _e94 = nibbles_hi(w_8.x);
+                    const float4 _e95 = u2f(_e94);
+                    const uint4 _e102 = nibbles_hi(w_8.y);
+                    const float4 _e103 = u2f(_e102);
+                    const uint4 _e110 = nibbles_hi(w_8.z);
+                    const float4 _e111 = u2f(_e110);
+                    const uint4 _e118 = nibbles_hi(w_8.w);
+                    const float4 _e119 = u2f(_e118);
+                    accb(a_5, ConstructQ4_(mad(_e95, (_e31.x).xxxx, (_e31.y).xxxx), mad(_e103, (_e33.x).xxxx, (_e33.y).xxxx), mad(_e111, (_e35.x).xxxx, (_e35.y).xxxx), mad(_e119, (_e37.x).xxxx, (_e37.y).xxxx)), (i_4 + 4u));
+                }
+            }
+        }
+    }
+    AccB _e134 = a_5;
+    const AccB accb_1 = _e134;
+    return accb_1;
 }
 
 [numthreads(128, 1, 1)]
@@ -799,110 +1089,219 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_4;
+    uint lid = computeinput_main.lid_5;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_5 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
+    float v = (float)0;
+    uint m_1 = (uint)0;
+    bool local_3 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_4 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_2 >= _e15)) {
+    if ((row0_4 >= _e15)) {
         return;
     }
-    if (true) {
-        const bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        const float4 _e31 = partial1_(row0_2, lid);
-        const float4 _e32 = WaveActiveSum(_e31);
+    bool _e28 = local;
+    if (_e28) {
+        const bool _e31 = fastb();
+        local_1 = _e31;
+    } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        const AccB _e34 = partialb(row0_4, lid);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e152 = j;
+                j = (_e152 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e37 = j;
+            if ((_e37 < 1u)) {
+            } else {
+                break;
+            }
+            {
+                m = 0u;
+                bool loop_init_11 = true;
+                while(true) {
+                    if (!loop_init_11) {
+                        uint _e102 = m;
+                        m = (_e102 + 1u);
+                    }
+                    loop_init_11 = false;
+                    uint _e47 = m;
+                    if ((_e47 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        const float4 _e55 = accb_at(_e34, ((4u * _e51) + _e53));
+                        const float4 _e56 = WaveActiveSum(_e55);
+                        if ((sgi == 0u)) {
+                            uint _e61 = m;
+                            red[min(uint((((4u * _e61) * 32u) + sgid)), 511u)] = _e56.x;
+                            uint _e70 = m;
+                            red[min(uint(((((4u * _e70) + 1u) * 32u) + sgid)), 511u)] = _e56.y;
+                            uint _e81 = m;
+                            red[min(uint(((((4u * _e81) + 2u) * 32u) + sgid)), 511u)] = _e56.z;
+                            uint _e92 = m;
+                            red[min(uint(((((4u * _e92) + 3u) * 32u) + sgid)), 511u)] = _e56.w;
+                        }
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+                uint _e105 = j;
+                uint s_5 = ((4u * _e105) + (lid >> 2u));
+                uint row_4 = (row0_4 + (lid & 3u));
+                if ((lid < 16u)) {
+                    local_2 = (s_5 < S);
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_12 = true;
+                    while(true) {
+                        if (!loop_init_12) {
+                            uint _e137 = m_1;
+                            m_1 = (_e137 + 1u);
+                        }
+                        loop_init_12 = false;
+                        uint _e125 = m_1;
+                        if ((_e125 < nsg)) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red[min(uint(((lid * 32u) + _e131)), 511u)];
+                            v = (_e127 + _e134);
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if ((row_4 < _e141)) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y.Store(((s_5 * _e146) + row_4)*4, asuint(_e150));
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+            }
+        }
+        return;
+    }
+    if (true) {
+        const bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        const float4 _e168 = partial1_(row0_4, lid);
+        const float4 _e169 = WaveActiveSum(_e168);
         if ((sgi == 0u)) {
-            red[min(uint(sgid), 511u)] = _e32.x;
-            red[min(uint((32u + sgid)), 511u)] = _e32.y;
-            red[min(uint((64u + sgid)), 511u)] = _e32.z;
-            red[min(uint((96u + sgid)), 511u)] = _e32.w;
+            red[min(uint(sgid), 511u)] = _e169.x;
+            red[min(uint((32u + sgid)), 511u)] = _e169.y;
+            red[min(uint((64u + sgid)), 511u)] = _e169.z;
+            red[min(uint((96u + sgid)), 511u)] = _e169.w;
         }
     } else {
-        bool loop_init_8 = true;
+        bool loop_init_13 = true;
         while(true) {
-            if (!loop_init_8) {
-                uint _e71 = k;
-                k = (_e71 + 1u);
+            if (!loop_init_13) {
+                uint _e208 = k;
+                k = (_e208 + 1u);
             }
-            loop_init_8 = false;
-            uint _e55 = k;
-            if ((_e55 < 16u)) {
+            loop_init_13 = false;
+            uint _e192 = k;
+            if ((_e192 < 16u)) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc[min(uint(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t[min(uint(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u[min(uint(_e67), 15u)] = 0.0;
+                uint _e196 = k;
+                acc[min(uint(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t[min(uint(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u[min(uint(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_2, lid);
-        bool loop_init_9 = true;
+        partial(row0_4, lid);
+        bool loop_init_14 = true;
         while(true) {
-            if (!loop_init_9) {
-                uint _e91 = k_1;
-                k_1 = (_e91 + 1u);
+            if (!loop_init_14) {
+                uint _e228 = k_1;
+                k_1 = (_e228 + 1u);
             }
-            loop_init_9 = false;
-            uint _e75 = k_1;
-            if ((_e75 < 4u)) {
+            loop_init_14 = false;
+            uint _e212 = k_1;
+            if ((_e212 < 4u)) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                const float _e81 = WaveActiveSum(_e80);
+                uint _e215 = k_1;
+                float _e217 = acc[min(uint(_e215), 15u)];
+                const float _e218 = WaveActiveSum(_e217);
                 if ((sgi == 0u)) {
-                    uint _e85 = k_1;
-                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                    uint _e222 = k_1;
+                    red[min(uint(((_e222 * 32u) + sgid)), 511u)] = _e218;
                 }
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_10 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e110 = m;
-                m = (_e110 + 1u);
+            if (!loop_init_15) {
+                uint _e247 = m_2;
+                m_2 = (_e247 + 1u);
             }
-            loop_init_10 = false;
-            uint _e98 = m;
-            if ((_e98 < nsg)) {
+            loop_init_15 = false;
+            uint _e235 = m_2;
+            if ((_e235 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
-                v = (_e100 + _e107);
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red[min(uint(((lid * 32u) + _e241)), 511u)];
+                v_1 = (_e237 + _e244);
             }
         }
-        uint row_4 = (row0_2 + naga_div(lid, S));
-        uint _e117 = p.o;
-        if ((row_4 < _e117)) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y.Store(((naga_mod(lid, S) * _e124) + row_4)*4, asuint(_e128));
+        uint row_5 = (row0_4 + naga_div(lid, S));
+        uint _e254 = p.o;
+        if ((row_5 < _e254)) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y.Store(((naga_mod(lid, S) * _e261) + row_5)*4, asuint(_e265));
             return;
         } else {
             return;

@@ -21,6 +21,25 @@ struct Params {
     uint reserved1_;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -38,7 +57,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_3 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -68,9 +87,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_1)
+float4 u2f(uint4 v_2)
 {
-    return (asfloat((v_1 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 float scaled(float d)
@@ -93,10 +112,10 @@ float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_1 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_1 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_1 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_1);
+    uint4 m_3 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_3 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_3 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_3);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e == (0u).xxxx) ? sub : ((e == (31u).xxxx) ? special : normal));
 }
@@ -169,6 +188,60 @@ void fold(uint r, float d_1)
     return;
 }
 
+float4 accb_at(AccB a, uint s_3)
+{
+    switch(s_3) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -184,7 +257,7 @@ ret_ZeroValuearray4_uint_ ZeroValuearray4_uint_() {
 
 void partial(uint row0_, uint lid_1)
 {
-    uint j = (uint)0;
+    uint j_1 = (uint)0;
     uint code[4] = (uint[4])0;
     uint hdr[4] = (uint[4])0;
     uint r_1 = (uint)0;
@@ -193,23 +266,23 @@ void partial(uint row0_, uint lid_1)
     uint rb = p.row_bytes;
     uint nb = naga_div(rb, 98u);
     const float _e8 = scale_f32_(0u);
-    j = lid_1;
+    j_1 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e158 = j;
-            j = (_e158 + WG);
+            uint _e158 = j_1;
+            j_1 = (_e158 + WG);
         }
         loop_init_2 = false;
-        uint _e10 = j;
+        uint _e10 = j_1;
         if ((_e10 < (32u * nb))) {
         } else {
             break;
         }
         {
-            uint _e14 = j;
+            uint _e14 = j_1;
             uint b_1 = naga_div(_e14, 32u);
-            uint _e17 = j;
+            uint _e17 = j_1;
             uint k_5 = naga_mod(_e17, 32u);
             code = ZeroValuearray4_uint_();
             hdr = ZeroValuearray4_uint_();
@@ -297,6 +370,20 @@ float4 partial1_(uint row0_1, uint lid_2)
     return (0.0).xxxx;
 }
 
+bool fastb()
+{
+    return false;
+}
+
+AccB partialb(uint row0_2, uint lid_3)
+{
+    AccB a_1 = (AccB)0;
+
+    AccB _e3 = a_1;
+    const AccB accb = _e3;
+    return accb;
+}
+
 [numthreads(128, 1, 1)]
 void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_GroupIndex)
 {
@@ -306,110 +393,219 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_3;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
+    float v = (float)0;
+    uint m_1 = (uint)0;
+    bool local_3 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_2 >= _e15)) {
+    if ((row0_3 >= _e15)) {
         return;
     }
-    if (true) {
-        const bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        const float4 _e31 = partial1_(row0_2, lid);
-        const float4 _e32 = WaveActiveSum(_e31);
-        if ((sgi == 0u)) {
-            red[min(uint(sgid), 511u)] = _e32.x;
-            red[min(uint((32u + sgid)), 511u)] = _e32.y;
-            red[min(uint((64u + sgid)), 511u)] = _e32.z;
-            red[min(uint((96u + sgid)), 511u)] = _e32.w;
-        }
+    bool _e28 = local;
+    if (_e28) {
+        const bool _e31 = fastb();
+        local_1 = _e31;
     } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        const AccB _e34 = partialb(row0_3, lid);
         bool loop_init_5 = true;
         while(true) {
             if (!loop_init_5) {
-                uint _e71 = k;
-                k = (_e71 + 1u);
+                uint _e152 = j;
+                j = (_e152 + 1u);
             }
             loop_init_5 = false;
-            uint _e55 = k;
-            if ((_e55 < 16u)) {
+            uint _e37 = j;
+            if ((_e37 < 1u)) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc[min(uint(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t[min(uint(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u[min(uint(_e67), 15u)] = 0.0;
+                m = 0u;
+                bool loop_init_6 = true;
+                while(true) {
+                    if (!loop_init_6) {
+                        uint _e102 = m;
+                        m = (_e102 + 1u);
+                    }
+                    loop_init_6 = false;
+                    uint _e47 = m;
+                    if ((_e47 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        const float4 _e55 = accb_at(_e34, ((4u * _e51) + _e53));
+                        const float4 _e56 = WaveActiveSum(_e55);
+                        if ((sgi == 0u)) {
+                            uint _e61 = m;
+                            red[min(uint((((4u * _e61) * 32u) + sgid)), 511u)] = _e56.x;
+                            uint _e70 = m;
+                            red[min(uint(((((4u * _e70) + 1u) * 32u) + sgid)), 511u)] = _e56.y;
+                            uint _e81 = m;
+                            red[min(uint(((((4u * _e81) + 2u) * 32u) + sgid)), 511u)] = _e56.z;
+                            uint _e92 = m;
+                            red[min(uint(((((4u * _e92) + 3u) * 32u) + sgid)), 511u)] = _e56.w;
+                        }
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+                uint _e105 = j;
+                uint s_4 = ((4u * _e105) + (lid >> 2u));
+                uint row = (row0_3 + (lid & 3u));
+                if ((lid < 16u)) {
+                    local_2 = (s_4 < S);
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_7 = true;
+                    while(true) {
+                        if (!loop_init_7) {
+                            uint _e137 = m_1;
+                            m_1 = (_e137 + 1u);
+                        }
+                        loop_init_7 = false;
+                        uint _e125 = m_1;
+                        if ((_e125 < nsg)) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red[min(uint(((lid * 32u) + _e131)), 511u)];
+                            v = (_e127 + _e134);
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if ((row < _e141)) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y.Store(((s_4 * _e146) + row)*4, asuint(_e150));
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
             }
         }
-        partial(row0_2, lid);
-        bool loop_init_6 = true;
+        return;
+    }
+    if (true) {
+        const bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        const float4 _e168 = partial1_(row0_3, lid);
+        const float4 _e169 = WaveActiveSum(_e168);
+        if ((sgi == 0u)) {
+            red[min(uint(sgid), 511u)] = _e169.x;
+            red[min(uint((32u + sgid)), 511u)] = _e169.y;
+            red[min(uint((64u + sgid)), 511u)] = _e169.z;
+            red[min(uint((96u + sgid)), 511u)] = _e169.w;
+        }
+    } else {
+        bool loop_init_8 = true;
         while(true) {
-            if (!loop_init_6) {
-                uint _e91 = k_1;
-                k_1 = (_e91 + 1u);
+            if (!loop_init_8) {
+                uint _e208 = k;
+                k = (_e208 + 1u);
             }
-            loop_init_6 = false;
-            uint _e75 = k_1;
-            if ((_e75 < 4u)) {
+            loop_init_8 = false;
+            uint _e192 = k;
+            if ((_e192 < 16u)) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                const float _e81 = WaveActiveSum(_e80);
+                uint _e196 = k;
+                acc[min(uint(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t[min(uint(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u[min(uint(_e204), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid);
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e228 = k_1;
+                k_1 = (_e228 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e212 = k_1;
+            if ((_e212 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e215 = k_1;
+                float _e217 = acc[min(uint(_e215), 15u)];
+                const float _e218 = WaveActiveSum(_e217);
                 if ((sgi == 0u)) {
-                    uint _e85 = k_1;
-                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                    uint _e222 = k_1;
+                    red[min(uint(((_e222 * 32u) + sgid)), 511u)] = _e218;
                 }
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_7 = true;
+        bool loop_init_10 = true;
         while(true) {
-            if (!loop_init_7) {
-                uint _e110 = m;
-                m = (_e110 + 1u);
+            if (!loop_init_10) {
+                uint _e247 = m_2;
+                m_2 = (_e247 + 1u);
             }
-            loop_init_7 = false;
-            uint _e98 = m;
-            if ((_e98 < nsg)) {
+            loop_init_10 = false;
+            uint _e235 = m_2;
+            if ((_e235 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
-                v = (_e100 + _e107);
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red[min(uint(((lid * 32u) + _e241)), 511u)];
+                v_1 = (_e237 + _e244);
             }
         }
-        uint row = (row0_2 + naga_div(lid, S));
-        uint _e117 = p.o;
-        if ((row < _e117)) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y.Store(((naga_mod(lid, S) * _e124) + row)*4, asuint(_e128));
+        uint row_1 = (row0_3 + naga_div(lid, S));
+        uint _e254 = p.o;
+        if ((row_1 < _e254)) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y.Store(((naga_mod(lid, S) * _e261) + row_1)*4, asuint(_e265));
             return;
         } else {
             return;

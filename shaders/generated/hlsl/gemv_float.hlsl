@@ -21,6 +21,25 @@ struct Params {
     uint reserved1_;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -54,27 +73,27 @@ uint bytes4_(uint b)
     return ((_e7 >> sh) | (_e13 << (32u - sh)));
 }
 
-uint keep_before(uint v_1, uint b_1, uint end)
+uint keep_before(uint v, uint b_1, uint end)
 {
     if (((b_1 + 4u) <= end)) {
-        return v_1;
+        return v;
     }
     if ((b_1 >= end)) {
         return 0u;
     }
-    return (v_1 & ((1u << (8u * (end - b_1))) - 1u));
+    return (v & ((1u << (8u * (end - b_1))) - 1u));
 }
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local_1 = (bool)0;
+    bool local_3 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local_1 = ((b_2 + 16u) <= end_1);
+        local_3 = ((b_2 + 16u) <= end_1);
     } else {
-        local_1 = false;
+        local_3 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_3;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -97,19 +116,19 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_2)
+float4 u2f(uint4 v_1)
 {
-    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_1 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_2 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_2 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_2 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_2);
+    uint4 m_3 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_3 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_3 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_3);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e == (0u).xxxx) ? sub : ((e == (31u).xxxx) ? special : normal));
 }
@@ -176,23 +195,77 @@ void fold(uint r, float d)
     return;
 }
 
-void float_chunk(uint i0_, uint4 v_3)
+float4 accb_at(AccB a, uint s_3)
+{
+    switch(s_3) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
+}
+
+void float_chunk(uint i0_, uint4 v_2)
 {
     if (true) {
-        tdot(i0_, asfloat(v_3));
+        tdot(i0_, asfloat(v_2));
         return;
     } else {
         if (false) {
-            const float2 _e12 = f16x2_(v_3.x);
-            const float2 _e14 = f16x2_(v_3.y);
+            const float2 _e12 = f16x2_(v_2.x);
+            const float2 _e14 = f16x2_(v_2.y);
             tdot(i0_, float4(_e12, _e14));
-            const float2 _e19 = f16x2_(v_3.z);
-            const float2 _e21 = f16x2_(v_3.w);
+            const float2 _e19 = f16x2_(v_2.z);
+            const float2 _e21 = f16x2_(v_2.w);
             tdot((i0_ + 4u), float4(_e19, _e21));
             return;
         } else {
-            uint4 lo = uint4((v_3.x << 16u), (v_3.x & 4294901760u), (v_3.y << 16u), (v_3.y & 4294901760u));
-            uint4 hi = uint4((v_3.z << 16u), (v_3.z & 4294901760u), (v_3.w << 16u), (v_3.w & 4294901760u));
+            uint4 lo = uint4((v_2.x << 16u), (v_2.x & 4294901760u), (v_2.y << 16u), (v_2.y & 4294901760u));
+            uint4 hi = uint4((v_2.z << 16u), (v_2.z & 4294901760u), (v_2.w << 16u), (v_2.w & 4294901760u));
             tdot(i0_, asfloat(lo));
             tdot((i0_ + 4u), asfloat(hi));
             return;
@@ -212,7 +285,7 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
 void partial(uint row0_, uint lid_1)
 {
     uint c = (uint)0;
-    uint4 v_4[4] = (uint4[4])0;
+    uint4 v_3[4] = (uint4[4])0;
     uint r_1 = (uint)0;
     uint r_2 = (uint)0;
 
@@ -232,7 +305,7 @@ void partial(uint row0_, uint lid_1)
             break;
         }
         {
-            v_4 = ZeroValuearray4_uint4_();
+            v_3 = ZeroValuearray4_uint4_();
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -255,7 +328,7 @@ void partial(uint row0_, uint lid_1)
                         uint _e35 = r_1;
                         uint _e38 = c;
                         const uint4 _e42 = load16_((base + (16u * _e38)), (base + rb));
-                        v_4[min(uint(_e35), 3u)] = _e42;
+                        v_3[min(uint(_e35), 3u)] = _e42;
                     }
                 }
             }
@@ -278,7 +351,7 @@ void partial(uint row0_, uint lid_1)
                     if (((row0_ + _e51) < _e55)) {
                         uint _e57 = c;
                         uint _e59 = r_2;
-                        uint4 _e61 = v_4[min(uint(_e59), 3u)];
+                        uint4 _e61 = v_3[min(uint(_e59), 3u)];
                         float_chunk((_e57 * 4u), _e61);
                         uint _e62 = r_2;
                         fold(_e62, 1.0);
@@ -300,6 +373,92 @@ float4 partial1_(uint row0_1, uint lid_2)
     return (0.0).xxxx;
 }
 
+bool fastb()
+{
+    return false;
+}
+
+AccB partialb(uint row0_2, uint lid_3)
+{
+    AccB a_1 = (AccB)0;
+
+    AccB _e3 = a_1;
+    const AccB accb = _e3;
+    return accb;
+}
+
+void reduce16_(uint lid_4, uint n, uint row, uint s_4, bool keep)
+{
+    float part = 0.0;
+    uint m_1 = 0u;
+    float v_4 = 0.0;
+    uint m_2 = 0u;
+    bool local_4 = (bool)0;
+
+    GroupMemoryBarrierWithGroupSync();
+    uint kk = (lid_4 >> 3u);
+    if ((kk < n)) {
+        bool loop_init_5 = true;
+        while(true) {
+            if (!loop_init_5) {
+                uint _e30 = m_1;
+                m_1 = (_e30 + 1u);
+            }
+            loop_init_5 = false;
+            uint _e12 = m_1;
+            if ((_e12 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_1;
+                float _e27 = red[min(uint((((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24)), 2047u)];
+                part = (_e15 + _e27);
+            }
+        }
+    }
+    GroupMemoryBarrierWithGroupSync();
+    float _e34 = part;
+    red[min(uint(lid_4), 2047u)] = _e34;
+    GroupMemoryBarrierWithGroupSync();
+    if ((lid_4 < n)) {
+        bool loop_init_6 = true;
+        while(true) {
+            if (!loop_init_6) {
+                uint _e53 = m_2;
+                m_2 = (_e53 + 1u);
+            }
+            loop_init_6 = false;
+            uint _e40 = m_2;
+            if ((_e40 < 8u)) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_4;
+                uint _e47 = m_2;
+                float _e50 = red[min(uint(((lid_4 * 8u) + _e47)), 2047u)];
+                v_4 = (_e43 + _e50);
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_4 = (row < _e59);
+        } else {
+            local_4 = false;
+        }
+        bool _e62 = local_4;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_4;
+            y.Store(((s_4 * _e66) + row)*4, asuint(_e70));
+        }
+    }
+    GroupMemoryBarrierWithGroupSync();
+    return;
+}
+
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
@@ -312,132 +471,136 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     }
     GroupMemoryBarrierWithGroupSync();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e12 = p.o;
-    if ((row0_2 >= _e12)) {
+    if ((row0_3 >= _e12)) {
         return;
     }
-    if (true) {
-        const bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        const float4 _e28 = partial1_(row0_2, lid);
-        red[min(uint(lid), 2047u)] = _e28.x;
-        red[min(uint((WG + lid)), 2047u)] = _e28.y;
-        red[min(uint((256u + lid)), 2047u)] = _e28.z;
-        red[min(uint((384u + lid)), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        const bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_5 = true;
-        while(true) {
-            if (!loop_init_5) {
-                uint _e65 = k;
-                k = (_e65 + 1u);
-            }
-            loop_init_5 = false;
-            uint _e49 = k;
-            if ((_e49 < 16u)) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc[min(uint(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t[min(uint(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u[min(uint(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid);
-        bool loop_init_6 = true;
-        while(true) {
-            if (!loop_init_6) {
-                uint _e82 = k_1;
-                k_1 = (_e82 + 1u);
-            }
-            loop_init_6 = false;
-            uint _e69 = k_1;
-            if ((_e69 < 4u)) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                red[min(uint(((_e72 * WG) + lid)), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    GroupMemoryBarrierWithGroupSync();
-    uint kk = (lid >> 3u);
-    if ((kk < 4u)) {
+    bool _e30 = local_1;
+    if (_e30) {
+        const AccB _e31 = partialb(row0_3, lid);
         bool loop_init_7 = true;
         while(true) {
             if (!loop_init_7) {
-                uint _e109 = m;
-                m = (_e109 + 1u);
+                uint _e111 = j;
+                j = (_e111 + 1u);
             }
             loop_init_7 = false;
-            uint _e91 = m;
-            if ((_e91 < 16u)) {
+            uint _e34 = j;
+            if ((_e34 < 1u)) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e103)), 2047u)];
-                part = (_e94 + _e106);
+                m = 0u;
+                bool loop_init_8 = true;
+                while(true) {
+                    if (!loop_init_8) {
+                        uint _e96 = m;
+                        m = (_e96 + 1u);
+                    }
+                    loop_init_8 = false;
+                    uint _e44 = m;
+                    if ((_e44 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        const float4 _e52 = accb_at(_e31, ((4u * _e48) + _e50));
+                        uint _e55 = m;
+                        red[min(uint((((4u * _e55) * WG) + lid)), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red[min(uint(((((4u * _e64) + 1u) * WG) + lid)), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red[min(uint(((((4u * _e75) + 2u) * WG) + lid)), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red[min(uint(((((4u * _e86) + 3u) * WG) + lid)), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_5 = ((4u * _e99) + (lid >> 2u));
+                reduce16_(lid, 16u, (row0_3 + (lid & 3u)), s_5, (s_5 < S));
             }
         }
-    }
-    GroupMemoryBarrierWithGroupSync();
-    float _e113 = part;
-    red[min(uint(lid), 2047u)] = _e113;
-    GroupMemoryBarrierWithGroupSync();
-    if ((lid < 4u)) {
-        bool loop_init_8 = true;
-        while(true) {
-            if (!loop_init_8) {
-                uint _e132 = m_1;
-                m_1 = (_e132 + 1u);
-            }
-            loop_init_8 = false;
-            uint _e119 = m_1;
-            if ((_e119 < 8u)) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red[min(uint(((lid * 8u) + _e126)), 2047u)];
-                v = (_e122 + _e129);
-            }
-        }
-        uint row = (row0_2 + naga_div(lid, S));
-        uint _e139 = p.o;
-        if ((row < _e139)) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y.Store(((naga_mod(lid, S) * _e146) + row)*4, asuint(_e150));
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        const bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        const float4 _e127 = partial1_(row0_3, lid);
+        red[min(uint(lid), 2047u)] = _e127.x;
+        red[min(uint((WG + lid)), 2047u)] = _e127.y;
+        red[min(uint((256u + lid)), 2047u)] = _e127.z;
+        red[min(uint((384u + lid)), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e164 = k;
+                k = (_e164 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e148 = k;
+            if ((_e148 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc[min(uint(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t[min(uint(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u[min(uint(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e181 = k_1;
+                k_1 = (_e181 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e168 = k_1;
+            if ((_e168 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc[min(uint(_e177), 15u)];
+                red[min(uint(((_e171 * WG) + lid)), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, (row0_3 + naga_div(lid, S)), naga_mod(lid, S), true);
+    return;
 }

@@ -28,6 +28,32 @@ struct Rows4_ {
     uint4 v3_;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
+struct Q4_ {
+    float4 r0_;
+    float4 r1_;
+    float4 r2_;
+    float4 r3_;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -46,7 +72,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_4 : SV_GroupIndex;
+    uint lid_5 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -59,37 +85,37 @@ uint word(uint k_2)
 
 uint bytes4_(uint b)
 {
-    uint k_6 = (b >> 2u);
+    uint k_7 = (b >> 2u);
     uint sh = ((b & 3u) * 8u);
-    const uint _e7 = word(k_6);
+    const uint _e7 = word(k_7);
     if ((sh == 0u)) {
         return _e7;
     }
-    const uint _e13 = word((k_6 + 1u));
+    const uint _e13 = word((k_7 + 1u));
     return ((_e7 >> sh) | (_e13 << (32u - sh)));
 }
 
-uint keep_before(uint v_1, uint b_1, uint end)
+uint keep_before(uint v_2, uint b_1, uint end)
 {
     if (((b_1 + 4u) <= end)) {
-        return v_1;
+        return v_2;
     }
     if ((b_1 >= end)) {
         return 0u;
     }
-    return (v_1 & ((1u << (8u * (end - b_1))) - 1u));
+    return (v_2 & ((1u << (8u * (end - b_1))) - 1u));
 }
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local_1 = (bool)0;
+    bool local_4 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local_1 = ((b_2 + 16u) <= end_1);
+        local_4 = ((b_2 + 16u) <= end_1);
     } else {
-        local_1 = false;
+        local_4 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_4;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -112,9 +138,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_2)
+float4 u2f(uint4 v_3)
 {
-    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_3 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 uint4 bytes_of(uint w)
@@ -247,9 +273,9 @@ float4 e4m3v(uint w_1)
 {
     const uint4 _e1 = bytes_of(w_1);
     uint4 e_1 = ((_e1 >> (3u).xxxx) & (15u).xxxx);
-    uint4 m_1 = (_e1 & (7u).xxxx);
-    float4 normal = asfloat((((e_1 + (120u).xxxx) << (23u).xxxx) | (m_1 << (20u).xxxx)));
-    const float4 _e22 = u2f(m_1);
+    uint4 m_3 = (_e1 & (7u).xxxx);
+    float4 normal = asfloat((((e_1 + (120u).xxxx) << (23u).xxxx) | (m_3 << (20u).xxxx)));
+    const float4 _e22 = u2f(m_3);
     float4 mag = ((e_1 == (0u).xxxx) ? (_e22 * 0.001953125) : normal);
     return (((_e1 & (128u).xxxx) != (0u).xxxx) ? -(mag) : mag);
 }
@@ -288,6 +314,202 @@ Rows4_ rows4_(uint4 r_2, uint c_1, uint rb_1)
     return rows4_1;
 }
 
+float4 qdot(Q4_ q_2, float4 x)
+{
+    return float4(dot(q_2.r0_, x), dot(q_2.r1_, x), dot(q_2.r2_, x), dot(q_2.r3_, x));
+}
+
+void accb(inout AccB a, Q4_ q_3, uint i_2)
+{
+    float4 _e4 = a.a0_;
+    const float4 _e6 = x4_(0u, i_2);
+    const float4 _e7 = qdot(q_3, _e6);
+    a.a0_ = (_e4 + _e7);
+    if (false) {
+        float4 _e14 = a.a1_;
+        const float4 _e16 = x4_(1u, i_2);
+        const float4 _e17 = qdot(q_3, _e16);
+        a.a1_ = (_e14 + _e17);
+    }
+    if (false) {
+        float4 _e24 = a.a2_;
+        const float4 _e26 = x4_(2u, i_2);
+        const float4 _e27 = qdot(q_3, _e26);
+        a.a2_ = (_e24 + _e27);
+    }
+    if (false) {
+        float4 _e34 = a.a3_;
+        const float4 _e36 = x4_(3u, i_2);
+        const float4 _e37 = qdot(q_3, _e36);
+        a.a3_ = (_e34 + _e37);
+    }
+    if (false) {
+        float4 _e44 = a.a4_;
+        const float4 _e46 = x4_(4u, i_2);
+        const float4 _e47 = qdot(q_3, _e46);
+        a.a4_ = (_e44 + _e47);
+    }
+    if (false) {
+        float4 _e54 = a.a5_;
+        const float4 _e56 = x4_(5u, i_2);
+        const float4 _e57 = qdot(q_3, _e56);
+        a.a5_ = (_e54 + _e57);
+    }
+    if (false) {
+        float4 _e64 = a.a6_;
+        const float4 _e66 = x4_(6u, i_2);
+        const float4 _e67 = qdot(q_3, _e66);
+        a.a6_ = (_e64 + _e67);
+    }
+    if (false) {
+        float4 _e74 = a.a7_;
+        const float4 _e76 = x4_(7u, i_2);
+        const float4 _e77 = qdot(q_3, _e76);
+        a.a7_ = (_e74 + _e77);
+    }
+    if (false) {
+        float4 _e84 = a.a8_;
+        const float4 _e86 = x4_(8u, i_2);
+        const float4 _e87 = qdot(q_3, _e86);
+        a.a8_ = (_e84 + _e87);
+    }
+    if (false) {
+        float4 _e94 = a.a9_;
+        const float4 _e96 = x4_(9u, i_2);
+        const float4 _e97 = qdot(q_3, _e96);
+        a.a9_ = (_e94 + _e97);
+    }
+    if (false) {
+        float4 _e104 = a.a10_;
+        const float4 _e106 = x4_(10u, i_2);
+        const float4 _e107 = qdot(q_3, _e106);
+        a.a10_ = (_e104 + _e107);
+    }
+    if (false) {
+        float4 _e114 = a.a11_;
+        const float4 _e116 = x4_(11u, i_2);
+        const float4 _e117 = qdot(q_3, _e116);
+        a.a11_ = (_e114 + _e117);
+    }
+    if (false) {
+        float4 _e124 = a.a12_;
+        const float4 _e126 = x4_(12u, i_2);
+        const float4 _e127 = qdot(q_3, _e126);
+        a.a12_ = (_e124 + _e127);
+    }
+    if (false) {
+        float4 _e134 = a.a13_;
+        const float4 _e136 = x4_(13u, i_2);
+        const float4 _e137 = qdot(q_3, _e136);
+        a.a13_ = (_e134 + _e137);
+    }
+    if (false) {
+        float4 _e144 = a.a14_;
+        const float4 _e146 = x4_(14u, i_2);
+        const float4 _e147 = qdot(q_3, _e146);
+        a.a14_ = (_e144 + _e147);
+    }
+    if (false) {
+        float4 _e154 = a.a15_;
+        const float4 _e156 = x4_(15u, i_2);
+        const float4 _e157 = qdot(q_3, _e156);
+        a.a15_ = (_e154 + _e157);
+        return;
+    } else {
+        return;
+    }
+}
+
+AccB ConstructAccB(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5, float4 arg6, float4 arg7, float4 arg8, float4 arg9, float4 arg10, float4 arg11, float4 arg12, float4 arg13, float4 arg14, float4 arg15) {
+    AccB ret = (AccB)0;
+    ret.a0_ = arg0;
+    ret.a1_ = arg1;
+    ret.a2_ = arg2;
+    ret.a3_ = arg3;
+    ret.a4_ = arg4;
+    ret.a5_ = arg5;
+    ret.a6_ = arg6;
+    ret.a7_ = arg7;
+    ret.a8_ = arg8;
+    ret.a9_ = arg9;
+    ret.a10_ = arg10;
+    ret.a11_ = arg11;
+    ret.a12_ = arg12;
+    ret.a13_ = arg13;
+    ret.a14_ = arg14;
+    ret.a15_ = arg15;
+    return ret;
+}
+
+AccB poisonb(AccB a_1, bool4 bad)
+{
+    uint _e5 = p.reserved0_;
+    float4 q_4 = (asfloat((2143289344u + (_e5 * 0u)))).xxxx;
+    const AccB accb_1 = ConstructAccB((bad ? q_4 : a_1.a0_), (bad ? q_4 : a_1.a1_), (bad ? q_4 : a_1.a2_), (bad ? q_4 : a_1.a3_), (bad ? q_4 : a_1.a4_), (bad ? q_4 : a_1.a5_), (bad ? q_4 : a_1.a6_), (bad ? q_4 : a_1.a7_), (bad ? q_4 : a_1.a8_), (bad ? q_4 : a_1.a9_), (bad ? q_4 : a_1.a10_), (bad ? q_4 : a_1.a11_), (bad ? q_4 : a_1.a12_), (bad ? q_4 : a_1.a13_), (bad ? q_4 : a_1.a14_), (bad ? q_4 : a_1.a15_));
+    return accb_1;
+}
+
+float4 accb_at(AccB a_2, uint s_4)
+{
+    switch(s_4) {
+        case 0u: {
+            return a_2.a0_;
+        }
+        case 1u: {
+            return a_2.a1_;
+        }
+        case 2u: {
+            return a_2.a2_;
+        }
+        case 3u: {
+            return a_2.a3_;
+        }
+        case 4u: {
+            return a_2.a4_;
+        }
+        case 5u: {
+            return a_2.a5_;
+        }
+        case 6u: {
+            return a_2.a6_;
+        }
+        case 7u: {
+            return a_2.a7_;
+        }
+        case 8u: {
+            return a_2.a8_;
+        }
+        case 9u: {
+            return a_2.a9_;
+        }
+        case 10u: {
+            return a_2.a10_;
+        }
+        case 11u: {
+            return a_2.a11_;
+        }
+        case 12u: {
+            return a_2.a12_;
+        }
+        case 13u: {
+            return a_2.a13_;
+        }
+        case 14u: {
+            return a_2.a14_;
+        }
+        default: {
+            return a_2.a15_;
+        }
+    }
+}
+
+uint4 rows_b(uint row0_)
+{
+    uint _e3 = p.o;
+    uint last = (_e3 - 1u);
+    return uint4(row0_, min((row0_ + 1u), last), min((row0_ + 2u), last), min((row0_ + 3u), last));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -301,11 +523,11 @@ float ZeroValuefloat() {
     return (float)0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial(uint row0_1, uint lid_1)
 {
     uint nan[4] = (uint[4])0;
     uint c_2 = (uint)0;
-    uint4 v_3[4] = (uint4[4])0;
+    uint4 v_4[4] = (uint4[4])0;
     uint r_3 = (uint)0;
     uint r_4 = (uint)0;
     uint k_5 = (uint)0;
@@ -329,7 +551,7 @@ void partial(uint row0_, uint lid_1)
             break;
         }
         {
-            v_3 = ZeroValuearray4_uint4_();
+            v_4 = ZeroValuearray4_uint4_();
             r_3 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -345,14 +567,14 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e23 = r_3;
-                    uint base_1 = ((row0_ + _e23) * rb_2);
+                    uint base_1 = ((row0_1 + _e23) * rb_2);
                     uint _e26 = r_3;
                     uint _e30 = p.o;
-                    if (((row0_ + _e26) < _e30)) {
+                    if (((row0_1 + _e26) < _e30)) {
                         uint _e32 = r_3;
                         uint _e35 = c_2;
                         const uint4 _e39 = load16_((base_1 + (16u * _e35)), (base_1 + rb_2));
-                        v_3[min(uint(_e32), 3u)] = _e39;
+                        v_4[min(uint(_e32), 3u)] = _e39;
                     }
                 }
             }
@@ -373,7 +595,7 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e51 = r_4;
-                    uint row_1 = (row0_ + _e51);
+                    uint row_1 = (row0_1 + _e51);
                     uint _e55 = p.o;
                     if ((row_1 < _e55)) {
                         k_5 = 0u;
@@ -392,7 +614,7 @@ void partial(uint row0_, uint lid_1)
                             {
                                 uint _e62 = r_4;
                                 uint _e64 = k_5;
-                                uint w_6 = v_3[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
+                                uint w_6 = v_4[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
                                 uint _e67 = r_4;
                                 uint _e69 = nan[min(uint(_e67), 3u)];
                                 nan[min(uint(_e67), 3u)] = (_e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u));
@@ -455,15 +677,15 @@ uint4 e4m3_bits(uint w_2)
     return asuint((asint(uint4((w_2 << 24u), (w_2 << 16u), (w_2 << 8u), w_2)) >> (4u).xxxx));
 }
 
-float4 e4m3_mag(uint4 v_4)
+float4 e4m3_mag(uint4 v_5)
 {
-    return asfloat(((v_4 & (133169152u).xxxx) | (1073741824u).xxxx));
+    return asfloat(((v_5 & (133169152u).xxxx) | (1073741824u).xxxx));
 }
 
-float4 e4m3_signed(uint4 v_5, float4 f)
+float4 e4m3_signed(uint4 v_6, float4 f)
 {
-    float4 m_2 = min(f, ((2.0 * f) - (4.0).xxxx));
-    return asfloat((asuint(m_2) | (v_5 & (2147483648u).xxxx)));
+    float4 m_4 = min(f, ((2.0 * f) - (4.0).xxxx));
+    return asfloat((asuint(m_4) | (v_6 & (2147483648u).xxxx)));
 }
 
 float f8row(uint4 w_3, float4 x0_, float4 x1_, float4 x2_, float4 x3_, inout float4 mx)
@@ -505,7 +727,7 @@ float f8row_h(uint4 w_5, float4 x0_1, float4 x1_1, float4 x2_1, float4 x3_1, ino
 
 float4 partial1_h(uint4 rr, uint lid_2)
 {
-    float4 a = (0.0).xxxx;
+    float4 a_3 = (0.0).xxxx;
     uint n0_ = 0u;
     uint n1_ = 0u;
     uint n2_ = 0u;
@@ -556,10 +778,10 @@ float4 partial1_h(uint4 rr, uint lid_2)
             const float _e74 = f8row_h(_e31.v2_, x0_2, x1_2, x2_2, x3_2, n2_);
             const float _e76 = f8row_h(_e31.v3_, x0_2, x1_2, x2_2, x3_2, n3_);
             float4 f_1 = float4(_e70, _e72, _e74, _e76);
-            float4 _e78 = a;
+            float4 _e78 = a_3;
             float _e79 = d_3;
             const float _e80 = scaled(_e79);
-            a = (_e78 + (_e80 * f_1));
+            a_3 = (_e78 + (_e80 * f_1));
         }
     }
     uint _e86 = n0_;
@@ -569,13 +791,13 @@ float4 partial1_h(uint4 rr, uint lid_2)
     bool4 nan_2 = ((uint4(_e86, _e87, _e88, _e89) & (2155905152u).xxxx) != (0u).xxxx);
     uint _e100 = p.reserved0_;
     float qnan = asfloat((2143289344u + (_e100 * 0u)));
-    float4 _e105 = a;
+    float4 _e105 = a_3;
     return (nan_2 ? (qnan).xxxx : (_e105 * 256.0));
 }
 
-float4 partial1_(uint row0_1, uint lid_3)
+float4 partial1_(uint row0_2, uint lid_3)
 {
-    float4 a_1 = (0.0).xxxx;
+    float4 a_4 = (0.0).xxxx;
     float4 m0_ = (0.0).xxxx;
     float4 m1_ = (0.0).xxxx;
     float4 m2_ = (0.0).xxxx;
@@ -587,14 +809,14 @@ float4 partial1_(uint row0_1, uint lid_3)
     uint nch_2 = naga_div((rb_4 + 15u), 16u);
     uint tpr_2 = p.sc_row;
     uint _e14 = p.o;
-    uint last = (_e14 - 1u);
-    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint last_1 = (_e14 - 1u);
+    uint4 rr_1 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
     uint _e29 = p.reserved1_;
     if ((_e29 != 1u)) {
         const float4 _e32 = partial1_h(rr_1, lid_3);
         return _e32;
     }
-    uint band_1 = (naga_div(row0_1, 128u) * tpr_2);
+    uint band_1 = (naga_div(row0_2, 128u) * tpr_2);
     c_4 = lid_3;
     bool loop_init_9 = true;
     while(true) {
@@ -634,10 +856,10 @@ float4 partial1_(uint row0_1, uint lid_3)
             const float _e98 = f8row(_e55.v2_, x0_3, x1_3, x2_3, x3_3, m2_);
             const float _e100 = f8row(_e55.v3_, x0_3, x1_3, x2_3, x3_3, m3_);
             float4 f_2 = float4(_e94, _e96, _e98, _e100);
-            float4 _e102 = a_1;
+            float4 _e102 = a_4;
             float _e103 = d_4;
             const float _e104 = scaled(_e103);
-            a_1 = (_e102 + (_e104 * f_2));
+            a_4 = (_e102 + (_e104 * f_2));
         }
     }
     float4 lim = (114688.0).xxxx;
@@ -648,8 +870,106 @@ float4 partial1_(uint row0_1, uint lid_3)
     bool4 nan_3 = bool4(any((_e112 > lim)), any((_e115 > lim)), any((_e118 > lim)), any((_e121 > lim)));
     uint _e128 = p.reserved0_;
     float qnan_1 = asfloat((2143289344u + (_e128 * 0u)));
-    float4 _e133 = a_1;
+    float4 _e133 = a_4;
     return (nan_3 ? (qnan_1).xxxx : (_e133 * 0.00390625));
+}
+
+bool fastb()
+{
+    return true;
+}
+
+Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
+    Q4_ ret = (Q4_)0;
+    ret.r0_ = arg0;
+    ret.r1_ = arg1;
+    ret.r2_ = arg2;
+    ret.r3_ = arg3;
+    return ret;
+}
+
+AccB partialb(uint row0_3, uint lid_4)
+{
+    AccB a_5 = (AccB)0;
+    uint4 n_1 = (0u).xxxx;
+    uint c_5 = (uint)0;
+    float d_5 = (float)0;
+    uint k_6 = (uint)0;
+
+    uint rb_5 = p.row_bytes;
+    uint nch_3 = naga_div((rb_5 + 15u), 16u);
+    uint tpr_3 = p.sc_row;
+    const uint4 _e12 = rows_b(row0_3);
+    uint band_2 = (naga_div(_e12.x, 128u) * tpr_3);
+    c_5 = lid_4;
+    bool loop_init_10 = true;
+    while(true) {
+        if (!loop_init_10) {
+            uint _e99 = c_5;
+            c_5 = (_e99 + WG);
+        }
+        loop_init_10 = false;
+        uint _e22 = c_5;
+        if ((_e22 < nch_3)) {
+        } else {
+            break;
+        }
+        {
+            uint _e24 = c_5;
+            const Rows4_ _e25 = rows4_(_e12, _e24, rb_5);
+            uint _e27 = c_5;
+            const uint _e31 = group(naga_div((16u * _e27), 128u), tpr_3);
+            uint tk_3 = (band_2 + _e31);
+            d_5 = ZeroValuefloat();
+            if (false) {
+                const uint _e39 = scale_byte(tk_3);
+                const float _e40 = ue8m0_(_e39);
+                d_5 = _e40;
+            } else {
+                const float _e41 = scale_f32_(tk_3);
+                d_5 = _e41;
+            }
+            float _e42 = d_5;
+            const float _e43 = scaled(_e42);
+            float ds = (_e43 * 256.0);
+            k_6 = 0u;
+            bool loop_init_11 = true;
+            while(true) {
+                if (!loop_init_11) {
+                    uint _e97 = k_6;
+                    k_6 = (_e97 + 1u);
+                }
+                loop_init_11 = false;
+                uint _e48 = k_6;
+                if ((_e48 < 4u)) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e52 = k_6;
+                    uint _e55 = k_6;
+                    uint _e58 = k_6;
+                    uint _e61 = k_6;
+                    uint4 w_7 = uint4(_e25.v0_[min(uint(_e52), 3u)], _e25.v1_[min(uint(_e55), 3u)], _e25.v2_[min(uint(_e58), 3u)], _e25.v3_[min(uint(_e61), 3u)]);
+                    uint4 _e64 = n_1;
+                    n_1 = (_e64 | ((w_7 & (2139062143u).xxxx) + (16843009u).xxxx));
+                    const float4 _e73 = e4m3_h(w_7.x);
+                    const float4 _e77 = e4m3_h(w_7.y);
+                    const float4 _e81 = e4m3_h(w_7.z);
+                    const float4 _e85 = e4m3_h(w_7.w);
+                    Q4_ q_5 = ConstructQ4_((ds * _e73.xzyw), (ds * _e77.xzyw), (ds * _e81.xzyw), (ds * _e85.xzyw));
+                    uint _e90 = c_5;
+                    uint _e93 = k_6;
+                    accb(a_5, q_5, ((16u * _e90) + (4u * _e93)));
+                }
+            }
+        }
+    }
+    AccB _e102 = a_5;
+    uint4 _e103 = n_1;
+    const AccB _e110 = poisonb(_e102, ((_e103 & (2155905152u).xxxx) != (0u).xxxx));
+    const AccB accb_2 = _e110;
+    return accb_2;
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -665,110 +985,219 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_4;
+    uint lid = computeinput_main.lid_5;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_5 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
+    float v = (float)0;
+    uint m_1 = (uint)0;
+    bool local_3 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_4 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_2 >= _e15)) {
+    if ((row0_4 >= _e15)) {
         return;
     }
-    if (true) {
-        const bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        const float4 _e31 = partial1_(row0_2, lid);
-        const float4 _e32 = WaveActiveSum(_e31);
+    bool _e28 = local;
+    if (_e28) {
+        const bool _e31 = fastb();
+        local_1 = _e31;
+    } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        const AccB _e34 = partialb(row0_4, lid);
+        bool loop_init_12 = true;
+        while(true) {
+            if (!loop_init_12) {
+                uint _e152 = j;
+                j = (_e152 + 1u);
+            }
+            loop_init_12 = false;
+            uint _e37 = j;
+            if ((_e37 < 1u)) {
+            } else {
+                break;
+            }
+            {
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e102 = m;
+                        m = (_e102 + 1u);
+                    }
+                    loop_init_13 = false;
+                    uint _e47 = m;
+                    if ((_e47 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        const float4 _e55 = accb_at(_e34, ((4u * _e51) + _e53));
+                        const float4 _e56 = WaveActiveSum(_e55);
+                        if ((sgi == 0u)) {
+                            uint _e61 = m;
+                            red[min(uint((((4u * _e61) * 32u) + sgid)), 511u)] = _e56.x;
+                            uint _e70 = m;
+                            red[min(uint(((((4u * _e70) + 1u) * 32u) + sgid)), 511u)] = _e56.y;
+                            uint _e81 = m;
+                            red[min(uint(((((4u * _e81) + 2u) * 32u) + sgid)), 511u)] = _e56.z;
+                            uint _e92 = m;
+                            red[min(uint(((((4u * _e92) + 3u) * 32u) + sgid)), 511u)] = _e56.w;
+                        }
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+                uint _e105 = j;
+                uint s_5 = ((4u * _e105) + (lid >> 2u));
+                uint row_2 = (row0_4 + (lid & 3u));
+                if ((lid < 16u)) {
+                    local_2 = (s_5 < S);
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_14 = true;
+                    while(true) {
+                        if (!loop_init_14) {
+                            uint _e137 = m_1;
+                            m_1 = (_e137 + 1u);
+                        }
+                        loop_init_14 = false;
+                        uint _e125 = m_1;
+                        if ((_e125 < nsg)) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red[min(uint(((lid * 32u) + _e131)), 511u)];
+                            v = (_e127 + _e134);
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if ((row_2 < _e141)) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y.Store(((s_5 * _e146) + row_2)*4, asuint(_e150));
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+            }
+        }
+        return;
+    }
+    if (true) {
+        const bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        const float4 _e168 = partial1_(row0_4, lid);
+        const float4 _e169 = WaveActiveSum(_e168);
         if ((sgi == 0u)) {
-            red[min(uint(sgid), 511u)] = _e32.x;
-            red[min(uint((32u + sgid)), 511u)] = _e32.y;
-            red[min(uint((64u + sgid)), 511u)] = _e32.z;
-            red[min(uint((96u + sgid)), 511u)] = _e32.w;
+            red[min(uint(sgid), 511u)] = _e169.x;
+            red[min(uint((32u + sgid)), 511u)] = _e169.y;
+            red[min(uint((64u + sgid)), 511u)] = _e169.z;
+            red[min(uint((96u + sgid)), 511u)] = _e169.w;
         }
     } else {
-        bool loop_init_10 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e71 = k;
-                k = (_e71 + 1u);
+            if (!loop_init_15) {
+                uint _e208 = k;
+                k = (_e208 + 1u);
             }
-            loop_init_10 = false;
-            uint _e55 = k;
-            if ((_e55 < 16u)) {
+            loop_init_15 = false;
+            uint _e192 = k;
+            if ((_e192 < 16u)) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc[min(uint(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t[min(uint(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u[min(uint(_e67), 15u)] = 0.0;
+                uint _e196 = k;
+                acc[min(uint(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t[min(uint(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u[min(uint(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_2, lid);
-        bool loop_init_11 = true;
+        partial(row0_4, lid);
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_11) {
-                uint _e91 = k_1;
-                k_1 = (_e91 + 1u);
+            if (!loop_init_16) {
+                uint _e228 = k_1;
+                k_1 = (_e228 + 1u);
             }
-            loop_init_11 = false;
-            uint _e75 = k_1;
-            if ((_e75 < 4u)) {
+            loop_init_16 = false;
+            uint _e212 = k_1;
+            if ((_e212 < 4u)) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                const float _e81 = WaveActiveSum(_e80);
+                uint _e215 = k_1;
+                float _e217 = acc[min(uint(_e215), 15u)];
+                const float _e218 = WaveActiveSum(_e217);
                 if ((sgi == 0u)) {
-                    uint _e85 = k_1;
-                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                    uint _e222 = k_1;
+                    red[min(uint(((_e222 * 32u) + sgid)), 511u)] = _e218;
                 }
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_12 = true;
+        bool loop_init_17 = true;
         while(true) {
-            if (!loop_init_12) {
-                uint _e110 = m;
-                m = (_e110 + 1u);
+            if (!loop_init_17) {
+                uint _e247 = m_2;
+                m_2 = (_e247 + 1u);
             }
-            loop_init_12 = false;
-            uint _e98 = m;
-            if ((_e98 < nsg)) {
+            loop_init_17 = false;
+            uint _e235 = m_2;
+            if ((_e235 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
-                v = (_e100 + _e107);
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red[min(uint(((lid * 32u) + _e241)), 511u)];
+                v_1 = (_e237 + _e244);
             }
         }
-        uint row_2 = (row0_2 + naga_div(lid, S));
-        uint _e117 = p.o;
-        if ((row_2 < _e117)) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y.Store(((naga_mod(lid, S) * _e124) + row_2)*4, asuint(_e128));
+        uint row_3 = (row0_4 + naga_div(lid, S));
+        uint _e254 = p.o;
+        if ((row_3 < _e254)) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y.Store(((naga_mod(lid, S) * _e261) + row_3)*4, asuint(_e265));
             return;
         } else {
             return;

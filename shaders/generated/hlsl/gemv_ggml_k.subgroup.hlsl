@@ -21,6 +21,25 @@ struct Params {
     uint reserved1_;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
 typedef float ret_Constructarray16_float_[16];
 ret_Constructarray16_float_ Constructarray16_float_(float arg0, float arg1, float arg2, float arg3, float arg4, float arg5, float arg6, float arg7, float arg8, float arg9, float arg10, float arg11, float arg12, float arg13, float arg14, float arg15) {
     float ret[16] = { arg0, arg1, arg2, arg3, arg4, arg5, arg6, arg7, arg8, arg9, arg10, arg11, arg12, arg13, arg14, arg15 };
@@ -45,7 +64,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_3 : SV_GroupIndex;
+    uint lid_4 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -81,9 +100,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_1)
+float4 u2f(uint4 v_2)
 {
-    return (asfloat((v_1 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 uint4 ggml_nib(uint w, bool high)
@@ -117,10 +136,10 @@ float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e_1 = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_6 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e_1 + (112u).xxxx) << (23u).xxxx)) | (m_6 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_6 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_6);
+    uint4 m_8 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e_1 + (112u).xxxx) << (23u).xxxx)) | (m_8 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_8 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_8);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e_1 == (0u).xxxx) ? sub : ((e_1 == (31u).xxxx) ? special : normal));
 }
@@ -256,6 +275,60 @@ void fold_affine(uint r_1, float d_2, float z)
     return;
 }
 
+float4 accb_at(AccB a, uint s_5)
+{
+    switch(s_5) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
+}
+
 float4 iq4nl(uint4 n_1)
 {
     float kv[16] = KV_IQ4NL;
@@ -267,17 +340,17 @@ float4 iq4nl(uint4 n_1)
     return float4(_e5, _e8, _e11, _e14);
 }
 
-uint2 scale_min_k4_(uint q_2, uint j)
+uint2 scale_min_k4_(uint q_2, uint j_1)
 {
-    if ((j < 4u)) {
-        const uint _e5 = byte_at((q_2 + j));
-        const uint _e11 = byte_at(((q_2 + j) + 4u));
+    if ((j_1 < 4u)) {
+        const uint _e5 = byte_at((q_2 + j_1));
+        const uint _e11 = byte_at(((q_2 + j_1) + 4u));
         return uint2((_e5 & 63u), (_e11 & 63u));
     }
-    const uint _e18 = byte_at(((q_2 + j) + 4u));
-    const uint _e24 = byte_at(((q_2 + j) - 4u));
-    const uint _e33 = byte_at(((q_2 + j) + 4u));
-    const uint _e37 = byte_at((q_2 + j));
+    const uint _e18 = byte_at(((q_2 + j_1) + 4u));
+    const uint _e24 = byte_at(((q_2 + j_1) - 4u));
+    const uint _e33 = byte_at(((q_2 + j_1) + 4u));
+    const uint _e37 = byte_at((q_2 + j_1));
     return uint2(((_e18 & 15u) | ((_e24 >> 6u) << 4u)), ((_e33 >> 4u) | ((_e37 >> 6u) << 4u)));
 }
 
@@ -306,18 +379,18 @@ uint4 fields(uint w_4, uint sh, uint mask)
 
 void k_part(uint r_2, uint base, uint c, uint i0_)
 {
-    uint s_5 = 0u;
-    uint m_1 = (uint)0;
     uint s_6 = 0u;
-    uint m_2 = (uint)0;
-    uint hi = 0u;
     uint m_3 = (uint)0;
+    uint s_7 = 0u;
+    uint m_4 = (uint)0;
+    uint hi = 0u;
+    uint m_5 = (uint)0;
     uint4 q_4 = (uint4)0;
     uint t2_ = 0u;
     uint half_ = (uint)0;
-    uint m_4 = (uint)0;
+    uint m_6 = (uint)0;
     uint e = 0u;
-    uint m_5 = (uint)0;
+    uint m_7 = (uint)0;
 
     switch(KIND) {
         case 0u: {
@@ -328,41 +401,41 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e83 = s_5;
-                    s_5 = (_e83 + 1u);
+                    uint _e83 = s_6;
+                    s_6 = (_e83 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e15 = s_5;
+                uint _e15 = s_6;
                 if ((_e15 < 4u)) {
                 } else {
                     break;
                 }
                 {
-                    m_1 = 0u;
+                    m_3 = 0u;
                     bool loop_init_5 = true;
                     while(true) {
                         if (!loop_init_5) {
-                            uint _e57 = m_1;
-                            m_1 = (_e57 + 1u);
+                            uint _e57 = m_3;
+                            m_3 = (_e57 + 1u);
                         }
                         loop_init_5 = false;
-                        uint _e20 = m_1;
+                        uint _e20 = m_3;
                         if ((_e20 < 4u)) {
                         } else {
                             break;
                         }
                         {
-                            uint _e32 = m_1;
+                            uint _e32 = m_3;
                             const uint _e35 = bytes4_(((((base + 16u) + (32u * h_1)) + (16u * k_5)) + (4u * _e32)));
-                            uint _e40 = s_5;
-                            uint _e47 = m_1;
-                            uint _e51 = s_5;
+                            uint _e40 = s_6;
+                            uint _e47 = m_3;
+                            uint _e51 = s_6;
                             const uint4 _e54 = fields(_e35, (2u * _e51), 3u);
                             const float4 _e55 = u2f(_e54);
                             tdot_sum(((((i0_ + (128u * h_1)) + (32u * _e40)) + (16u * k_5)) + (4u * _e47)), _e55);
                         }
                     }
-                    uint _e62 = s_5;
+                    uint _e62 = s_6;
                     const uint _e67 = group((((8u * h_1) + (2u * _e62)) + k_5), 16u);
                     const uint _e69 = byte_at((base + _e67));
                     const float _e71 = scaled(_e12.x);
@@ -379,46 +452,46 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e178 = s_6;
-                    s_6 = (_e178 + 1u);
+                    uint _e178 = s_7;
+                    s_7 = (_e178 + 1u);
                 }
                 loop_init_6 = false;
-                uint _e95 = s_6;
+                uint _e95 = s_7;
                 if ((_e95 < 4u)) {
                 } else {
                     break;
                 }
                 {
-                    m_2 = 0u;
+                    m_4 = 0u;
                     bool loop_init_7 = true;
                     while(true) {
                         if (!loop_init_7) {
-                            uint _e158 = m_2;
-                            m_2 = (_e158 + 1u);
+                            uint _e158 = m_4;
+                            m_4 = (_e158 + 1u);
                         }
                         loop_init_7 = false;
-                        uint _e100 = m_2;
+                        uint _e100 = m_4;
                         if ((_e100 < 4u)) {
                         } else {
                             break;
                         }
                         {
-                            uint _e112 = m_2;
+                            uint _e112 = m_4;
                             const uint _e115 = bytes4_(((((base + 32u) + (32u * h_2)) + (16u * k_6)) + (4u * _e112)));
-                            uint _e120 = m_2;
+                            uint _e120 = m_4;
                             const uint _e123 = bytes4_(((base + (16u * k_6)) + (4u * _e120)));
-                            uint _e125 = s_6;
+                            uint _e125 = s_7;
                             const uint4 _e128 = fields(_e115, (2u * _e125), 3u);
-                            uint _e131 = s_6;
+                            uint _e131 = s_7;
                             const uint4 _e134 = fields(_e123, ((4u * h_2) + _e131), 1u);
                             uint4 q_5 = (_e128 + (_e134 * (4u).xxxx));
-                            uint _e143 = s_6;
-                            uint _e150 = m_2;
+                            uint _e143 = s_7;
+                            uint _e150 = m_4;
                             const float4 _e153 = u2f(q_5);
                             tdot(((((i0_ + (128u * h_2)) + (32u * _e143)) + (16u * k_6)) + (4u * _e150)), (_e153 - (4.0).xxxx));
                         }
                     }
-                    uint _e165 = s_6;
+                    uint _e165 = s_7;
                     const uint _e170 = group((((8u * h_2) + (2u * _e165)) + k_6), 16u);
                     const uint _e171 = q3_scale((base + 96u), _e170);
                     const float _e172 = scaled(_e92);
@@ -445,35 +518,35 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
                     break;
                 }
                 {
-                    m_3 = 0u;
+                    m_5 = 0u;
                     bool loop_init_9 = true;
                     while(true) {
                         if (!loop_init_9) {
-                            uint _e249 = m_3;
-                            m_3 = (_e249 + 1u);
+                            uint _e249 = m_5;
+                            m_5 = (_e249 + 1u);
                         }
                         loop_init_9 = false;
-                        uint _e197 = m_3;
+                        uint _e197 = m_5;
                         if ((_e197 < 8u)) {
                         } else {
                             break;
                         }
                         {
-                            uint _e204 = m_3;
+                            uint _e204 = m_5;
                             const uint _e207 = bytes4_(((qs + (32u * c)) + (4u * _e204)));
                             uint _e208 = hi;
                             const uint4 _e211 = ggml_nib(_e207, (_e208 == 1u));
                             q_4 = _e211;
                             if (false) {
                                 uint4 _e217 = q_4;
-                                uint _e221 = m_3;
+                                uint _e221 = m_5;
                                 const uint _e224 = bytes4_(((base + 16u) + (4u * _e221)));
                                 uint _e227 = hi;
                                 const uint4 _e230 = fields(_e224, ((2u * c) + _e227), 1u);
                                 q_4 = (_e217 | (_e230 << (4u).xxxx));
                             }
                             uint _e239 = hi;
-                            uint _e243 = m_3;
+                            uint _e243 = m_5;
                             uint4 _e246 = q_4;
                             const float4 _e247 = u2f(_e246);
                             tdot_sum((((i0_ + (64u * c)) + (32u * _e239)) + (4u * _e243)), _e247);
@@ -507,7 +580,7 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
                 }
                 {
                     uint _e287 = t2_;
-                    uint s_7 = (k2_ + (2u * _e287));
+                    uint s_8 = (k2_ + (2u * _e287));
                     half_ = 0u;
                     bool loop_init_11 = true;
                     while(true) {
@@ -522,35 +595,35 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
                             break;
                         }
                         {
-                            m_4 = 0u;
+                            m_6 = 0u;
                             bool loop_init_12 = true;
                             while(true) {
                                 if (!loop_init_12) {
-                                    uint _e346 = m_4;
-                                    m_4 = (_e346 + 1u);
+                                    uint _e346 = m_6;
+                                    m_6 = (_e346 + 1u);
                                 }
                                 loop_init_12 = false;
-                                uint _e297 = m_4;
+                                uint _e297 = m_6;
                                 if ((_e297 < 4u)) {
                                 } else {
                                     break;
                                 }
                                 {
                                     uint _e301 = half_;
-                                    uint _e304 = m_4;
+                                    uint _e304 = m_6;
                                     uint l = ((16u * _e301) + (4u * _e304));
                                     const uint _e314 = bytes4_((((base + (64u * h_3)) + (32u * k2_)) + l));
                                     const uint _e321 = bytes4_((((base + 128u) + (32u * h_3)) + l));
                                     uint _e322 = t2_;
                                     const uint4 _e325 = ggml_nib(_e314, (_e322 == 1u));
-                                    const uint4 _e329 = fields(_e321, (2u * s_7), 3u);
+                                    const uint4 _e329 = fields(_e321, (2u * s_8), 3u);
                                     uint4 q_6 = (_e325 | (_e329 << (4u).xxxx));
                                     const float4 _e341 = u2f(q_6);
-                                    tdot((((i0_ + (128u * h_3)) + (32u * s_7)) + l), (_e341 - (32.0).xxxx));
+                                    tdot((((i0_ + (128u * h_3)) + (32u * s_8)) + l), (_e341 - (32.0).xxxx));
                                 }
                             }
                             uint _e355 = half_;
-                            const uint _e358 = group((((8u * h_3) + (2u * s_7)) + _e355), 16u);
+                            const uint _e358 = group((((8u * h_3) + (2u * s_8)) + _e355), 16u);
                             const uint _e360 = byte_at(((base + 192u) + _e358));
                             int sc = (asint((_e360 << 24u)) >> 24u);
                             const float _e366 = scaled(_e280);
@@ -580,27 +653,27 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
                 {
                     uint _e386 = e;
                     uint ib = ((2u * c) + _e386);
-                    m_5 = 0u;
+                    m_7 = 0u;
                     bool loop_init_14 = true;
                     while(true) {
                         if (!loop_init_14) {
-                            uint _e426 = m_5;
-                            m_5 = (_e426 + 1u);
+                            uint _e426 = m_7;
+                            m_7 = (_e426 + 1u);
                         }
                         loop_init_14 = false;
-                        uint _e390 = m_5;
+                        uint _e390 = m_7;
                         if ((_e390 < 4u)) {
                         } else {
                             break;
                         }
                         {
-                            uint _e399 = m_5;
+                            uint _e399 = m_7;
                             const uint _e402 = bytes4_((((base + 8u) + (16u * ib)) + (4u * _e399)));
-                            uint _e407 = m_5;
+                            uint _e407 = m_7;
                             const uint4 _e411 = ggml_nib(_e402, false);
                             const float4 _e412 = iq4nl(_e411);
                             tdot(((i0_ + (32u * ib)) + (4u * _e407)), _e412);
-                            uint _e419 = m_5;
+                            uint _e419 = m_7;
                             const uint4 _e423 = ggml_nib(_e402, true);
                             const float4 _e424 = iq4nl(_e423);
                             tdot((((i0_ + (32u * ib)) + 16u) + (4u * _e419)), _e424);
@@ -620,28 +693,28 @@ void k_part(uint r_2, uint base, uint c, uint i0_)
 
 void partial(uint row0_, uint lid_1)
 {
-    uint j_1 = (uint)0;
+    uint j_2 = (uint)0;
     uint r_3 = (uint)0;
 
     uint rb = p.row_bytes;
     uint _e7 = p.i;
     uint nb = naga_div(_e7, 256u);
     uint bb = naga_div(rb, nb);
-    j_1 = lid_1;
+    j_2 = lid_1;
     bool loop_init_15 = true;
     while(true) {
         if (!loop_init_15) {
-            uint _e44 = j_1;
-            j_1 = (_e44 + WG);
+            uint _e44 = j_2;
+            j_2 = (_e44 + WG);
         }
         loop_init_15 = false;
-        uint _e12 = j_1;
+        uint _e12 = j_2;
         if ((_e12 < (4u * nb))) {
         } else {
             break;
         }
         {
-            uint _e16 = j_1;
+            uint _e16 = j_2;
             uint b_2 = naga_div(_e16, 4u);
             r_3 = 0u;
             bool loop_init_16 = true;
@@ -662,7 +735,7 @@ void partial(uint row0_, uint lid_1)
                     if (((row0_ + _e24) < _e28)) {
                         uint _e30 = r_3;
                         uint _e31 = r_3;
-                        uint _e36 = j_1;
+                        uint _e36 = j_2;
                         k_part(_e30, (((row0_ + _e31) * rb) + (bb * b_2)), naga_mod(_e36, 4u), (256u * b_2));
                     }
                 }
@@ -682,6 +755,20 @@ float4 partial1_(uint row0_1, uint lid_2)
     return (0.0).xxxx;
 }
 
+bool fastb()
+{
+    return false;
+}
+
+AccB partialb(uint row0_2, uint lid_3)
+{
+    AccB a_1 = (AccB)0;
+
+    AccB _e3 = a_1;
+    const AccB accb = _e3;
+    return accb;
+}
+
 [numthreads(128, 1, 1)]
 void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_GroupIndex)
 {
@@ -691,110 +778,219 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_3;
+    uint lid = computeinput_main.lid_4;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_3 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
+    float v = (float)0;
+    uint m_1 = (uint)0;
+    bool local_3 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_2 >= _e15)) {
+    if ((row0_3 >= _e15)) {
         return;
     }
-    if (true) {
-        const bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        const float4 _e31 = partial1_(row0_2, lid);
-        const float4 _e32 = WaveActiveSum(_e31);
-        if ((sgi == 0u)) {
-            red[min(uint(sgid), 511u)] = _e32.x;
-            red[min(uint((32u + sgid)), 511u)] = _e32.y;
-            red[min(uint((64u + sgid)), 511u)] = _e32.z;
-            red[min(uint((96u + sgid)), 511u)] = _e32.w;
-        }
+    bool _e28 = local;
+    if (_e28) {
+        const bool _e31 = fastb();
+        local_1 = _e31;
     } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        const AccB _e34 = partialb(row0_3, lid);
         bool loop_init_17 = true;
         while(true) {
             if (!loop_init_17) {
-                uint _e71 = k;
-                k = (_e71 + 1u);
+                uint _e152 = j;
+                j = (_e152 + 1u);
             }
             loop_init_17 = false;
-            uint _e55 = k;
-            if ((_e55 < 16u)) {
+            uint _e37 = j;
+            if ((_e37 < 1u)) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc[min(uint(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t[min(uint(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u[min(uint(_e67), 15u)] = 0.0;
+                m = 0u;
+                bool loop_init_18 = true;
+                while(true) {
+                    if (!loop_init_18) {
+                        uint _e102 = m;
+                        m = (_e102 + 1u);
+                    }
+                    loop_init_18 = false;
+                    uint _e47 = m;
+                    if ((_e47 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        const float4 _e55 = accb_at(_e34, ((4u * _e51) + _e53));
+                        const float4 _e56 = WaveActiveSum(_e55);
+                        if ((sgi == 0u)) {
+                            uint _e61 = m;
+                            red[min(uint((((4u * _e61) * 32u) + sgid)), 511u)] = _e56.x;
+                            uint _e70 = m;
+                            red[min(uint(((((4u * _e70) + 1u) * 32u) + sgid)), 511u)] = _e56.y;
+                            uint _e81 = m;
+                            red[min(uint(((((4u * _e81) + 2u) * 32u) + sgid)), 511u)] = _e56.z;
+                            uint _e92 = m;
+                            red[min(uint(((((4u * _e92) + 3u) * 32u) + sgid)), 511u)] = _e56.w;
+                        }
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+                uint _e105 = j;
+                uint s_9 = ((4u * _e105) + (lid >> 2u));
+                uint row = (row0_3 + (lid & 3u));
+                if ((lid < 16u)) {
+                    local_2 = (s_9 < S);
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_19 = true;
+                    while(true) {
+                        if (!loop_init_19) {
+                            uint _e137 = m_1;
+                            m_1 = (_e137 + 1u);
+                        }
+                        loop_init_19 = false;
+                        uint _e125 = m_1;
+                        if ((_e125 < nsg)) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red[min(uint(((lid * 32u) + _e131)), 511u)];
+                            v = (_e127 + _e134);
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if ((row < _e141)) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y.Store(((s_9 * _e146) + row)*4, asuint(_e150));
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
             }
         }
-        partial(row0_2, lid);
-        bool loop_init_18 = true;
+        return;
+    }
+    if (true) {
+        const bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        const float4 _e168 = partial1_(row0_3, lid);
+        const float4 _e169 = WaveActiveSum(_e168);
+        if ((sgi == 0u)) {
+            red[min(uint(sgid), 511u)] = _e169.x;
+            red[min(uint((32u + sgid)), 511u)] = _e169.y;
+            red[min(uint((64u + sgid)), 511u)] = _e169.z;
+            red[min(uint((96u + sgid)), 511u)] = _e169.w;
+        }
+    } else {
+        bool loop_init_20 = true;
         while(true) {
-            if (!loop_init_18) {
-                uint _e91 = k_1;
-                k_1 = (_e91 + 1u);
+            if (!loop_init_20) {
+                uint _e208 = k;
+                k = (_e208 + 1u);
             }
-            loop_init_18 = false;
-            uint _e75 = k_1;
-            if ((_e75 < 4u)) {
+            loop_init_20 = false;
+            uint _e192 = k;
+            if ((_e192 < 16u)) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                const float _e81 = WaveActiveSum(_e80);
+                uint _e196 = k;
+                acc[min(uint(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t[min(uint(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u[min(uint(_e204), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid);
+        bool loop_init_21 = true;
+        while(true) {
+            if (!loop_init_21) {
+                uint _e228 = k_1;
+                k_1 = (_e228 + 1u);
+            }
+            loop_init_21 = false;
+            uint _e212 = k_1;
+            if ((_e212 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e215 = k_1;
+                float _e217 = acc[min(uint(_e215), 15u)];
+                const float _e218 = WaveActiveSum(_e217);
                 if ((sgi == 0u)) {
-                    uint _e85 = k_1;
-                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                    uint _e222 = k_1;
+                    red[min(uint(((_e222 * 32u) + sgid)), 511u)] = _e218;
                 }
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_19 = true;
+        bool loop_init_22 = true;
         while(true) {
-            if (!loop_init_19) {
-                uint _e110 = m;
-                m = (_e110 + 1u);
+            if (!loop_init_22) {
+                uint _e247 = m_2;
+                m_2 = (_e247 + 1u);
             }
-            loop_init_19 = false;
-            uint _e98 = m;
-            if ((_e98 < nsg)) {
+            loop_init_22 = false;
+            uint _e235 = m_2;
+            if ((_e235 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
-                v = (_e100 + _e107);
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red[min(uint(((lid * 32u) + _e241)), 511u)];
+                v_1 = (_e237 + _e244);
             }
         }
-        uint row = (row0_2 + naga_div(lid, S));
-        uint _e117 = p.o;
-        if ((row < _e117)) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y.Store(((naga_mod(lid, S) * _e124) + row)*4, asuint(_e128));
+        uint row_1 = (row0_3 + naga_div(lid, S));
+        uint _e254 = p.o;
+        if ((row_1 < _e254)) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y.Store(((naga_mod(lid, S) * _e261) + row_1)*4, asuint(_e265));
             return;
         } else {
             return;

@@ -21,6 +21,25 @@ struct Params {
     uint reserved1_;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
 typedef float ret_Constructarray16_float_[16];
 ret_Constructarray16_float_ Constructarray16_float_(float arg0, float arg1, float arg2, float arg3, float arg4, float arg5, float arg6, float arg7, float arg8, float arg9, float arg10, float arg11, float arg12, float arg13, float arg14, float arg15) {
     float ret[16] = { arg0, arg1, arg2, arg3, arg4, arg5, arg6, arg7, arg8, arg9, arg10, arg11, arg12, arg13, arg14, arg15 };
@@ -69,9 +88,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_1)
+float4 u2f(uint4 v)
 {
-    return (asfloat((v_1 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 uint4 ggml_nib(uint w, bool high)
@@ -105,10 +124,10 @@ float4 f16v(uint4 h)
 {
     uint4 sign_ = ((h & (32768u).xxxx) << (16u).xxxx);
     uint4 e = ((h >> (10u).xxxx) & (31u).xxxx);
-    uint4 m_2 = (h & (1023u).xxxx);
-    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_2 << (13u).xxxx)));
-    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_2 << (13u).xxxx)));
-    const float4 _e36 = u2f(m_2);
+    uint4 m_3 = (h & (1023u).xxxx);
+    float4 normal = asfloat(((sign_ | ((e + (112u).xxxx) << (23u).xxxx)) | (m_3 << (13u).xxxx)));
+    float4 special = asfloat(((sign_ | (2139095040u).xxxx) | (m_3 << (13u).xxxx)));
+    const float4 _e36 = u2f(m_3);
     float4 sub = asfloat((asuint((_e36 * 5.9604645e-8)) | sign_));
     return ((e == (0u).xxxx) ? sub : ((e == (31u).xxxx) ? special : normal));
 }
@@ -247,11 +266,65 @@ void fold_affine(uint r_1, float d_2, float z)
 float4 e2m1v(uint4 n_1)
 {
     uint4 e_1 = ((n_1 >> (1u).xxxx) & (3u).xxxx);
-    uint4 m_3 = (n_1 & (1u).xxxx);
-    float4 normal_1 = asfloat((((e_1 + (126u).xxxx) << (23u).xxxx) | (m_3 << (22u).xxxx)));
-    const float4 _e21 = u2f(m_3);
+    uint4 m_4 = (n_1 & (1u).xxxx);
+    float4 normal_1 = asfloat((((e_1 + (126u).xxxx) << (23u).xxxx) | (m_4 << (22u).xxxx)));
+    const float4 _e21 = u2f(m_4);
     float4 mag = ((e_1 == (0u).xxxx) ? (_e21 * 0.5) : normal_1);
     return (((n_1 & (8u).xxxx) != (0u).xxxx) ? -(mag) : mag);
+}
+
+float4 accb_at(AccB a, uint s_5)
+{
+    switch(s_5) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
 }
 
 float4 iq4nl(uint4 n_2)
@@ -293,7 +366,7 @@ void q_block(uint r_2, uint base, uint hbase, uint i0_)
     uint k_4 = 0u;
     uint hi = (uint)0;
     uint4 n_3 = (uint4)0;
-    bool local_1 = (bool)0;
+    bool local_3 = (bool)0;
     float d_3 = (float)0;
 
     const uint _e4 = bytes4_(hbase);
@@ -369,18 +442,18 @@ void q_block(uint r_2, uint base, uint hbase, uint i0_)
                     n_3 = _e73;
                     uint _e76 = hi;
                     uint _e79 = k_4;
-                    uint j = ((16u * _e76) + (4u * _e79));
-                    uint i_3 = (i0_ + j);
+                    uint j_1 = ((16u * _e76) + (4u * _e79));
+                    uint i_3 = (i0_ + j_1);
                     if (true) {
-                        local_1 = false;
+                        local_3 = false;
                     } else {
-                        local_1 = true;
+                        local_3 = true;
                     }
-                    bool _e95 = local_1;
+                    bool _e95 = local_3;
                     if (_e95) {
                         uint4 _e96 = n_3;
                         uint _e97 = qh;
-                        n_3 = (_e96 | ((((_e97).xxxx >> uint4(j, (j + 1u), (j + 2u), (j + 3u))) & (1u).xxxx) << (4u).xxxx));
+                        n_3 = (_e96 | ((((_e97).xxxx >> uint4(j_1, (j_1 + 1u), (j_1 + 2u), (j_1 + 3u))) & (1u).xxxx) << (4u).xxxx));
                     }
                     bool should_continue = false;
                     switch(KIND) {
@@ -493,13 +566,13 @@ void partial(uint row0_, uint lid_1)
                     uint _e23 = p.o;
                     if (((row0_ + _e19) < _e23)) {
                         uint _e25 = r_3;
-                        uint row = ((row0_ + _e25) * rb);
+                        uint row_1 = ((row0_ + _e25) * rb);
                         uint _e28 = r_3;
                         uint _e29 = b_1;
                         uint _e32 = b_1;
                         const uint _e33 = group(_e32, nb);
                         uint _e37 = b_1;
-                        q_block(_e28, (row + (bb * _e29)), (row + (bb * _e33)), (32u * _e37));
+                        q_block(_e28, (row_1 + (bb * _e29)), (row_1 + (bb * _e33)), (32u * _e37));
                     }
                 }
             }
@@ -518,6 +591,92 @@ float4 partial1_(uint row0_1, uint lid_2)
     return (0.0).xxxx;
 }
 
+bool fastb()
+{
+    return false;
+}
+
+AccB partialb(uint row0_2, uint lid_3)
+{
+    AccB a_1 = (AccB)0;
+
+    AccB _e3 = a_1;
+    const AccB accb = _e3;
+    return accb;
+}
+
+void reduce16_(uint lid_4, uint n_4, uint row, uint s_6, bool keep)
+{
+    float part = 0.0;
+    uint m_1 = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
+    bool local_4 = (bool)0;
+
+    GroupMemoryBarrierWithGroupSync();
+    uint kk = (lid_4 >> 3u);
+    if ((kk < n_4)) {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e30 = m_1;
+                m_1 = (_e30 + 1u);
+            }
+            loop_init_9 = false;
+            uint _e12 = m_1;
+            if ((_e12 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_1;
+                float _e27 = red[min(uint((((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24)), 2047u)];
+                part = (_e15 + _e27);
+            }
+        }
+    }
+    GroupMemoryBarrierWithGroupSync();
+    float _e34 = part;
+    red[min(uint(lid_4), 2047u)] = _e34;
+    GroupMemoryBarrierWithGroupSync();
+    if ((lid_4 < n_4)) {
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e53 = m_2;
+                m_2 = (_e53 + 1u);
+            }
+            loop_init_10 = false;
+            uint _e40 = m_2;
+            if ((_e40 < 8u)) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_1;
+                uint _e47 = m_2;
+                float _e50 = red[min(uint(((lid_4 * 8u) + _e47)), 2047u)];
+                v_1 = (_e43 + _e50);
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_4 = (row < _e59);
+        } else {
+            local_4 = false;
+        }
+        bool _e62 = local_4;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_1;
+            y.Store(((s_6 * _e66) + row)*4, asuint(_e70));
+        }
+    }
+    GroupMemoryBarrierWithGroupSync();
+    return;
+}
+
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
@@ -530,132 +689,136 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     }
     GroupMemoryBarrierWithGroupSync();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_3 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e12 = p.o;
-    if ((row0_2 >= _e12)) {
+    if ((row0_3 >= _e12)) {
         return;
     }
-    if (true) {
-        const bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        const float4 _e28 = partial1_(row0_2, lid);
-        red[min(uint(lid), 2047u)] = _e28.x;
-        red[min(uint((WG + lid)), 2047u)] = _e28.y;
-        red[min(uint((256u + lid)), 2047u)] = _e28.z;
-        red[min(uint((384u + lid)), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        const bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_9 = true;
-        while(true) {
-            if (!loop_init_9) {
-                uint _e65 = k;
-                k = (_e65 + 1u);
-            }
-            loop_init_9 = false;
-            uint _e49 = k;
-            if ((_e49 < 16u)) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc[min(uint(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t[min(uint(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u[min(uint(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid);
-        bool loop_init_10 = true;
-        while(true) {
-            if (!loop_init_10) {
-                uint _e82 = k_1;
-                k_1 = (_e82 + 1u);
-            }
-            loop_init_10 = false;
-            uint _e69 = k_1;
-            if ((_e69 < 4u)) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                red[min(uint(((_e72 * WG) + lid)), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    GroupMemoryBarrierWithGroupSync();
-    uint kk = (lid >> 3u);
-    if ((kk < 4u)) {
+    bool _e30 = local_1;
+    if (_e30) {
+        const AccB _e31 = partialb(row0_3, lid);
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e109 = m;
-                m = (_e109 + 1u);
+                uint _e111 = j;
+                j = (_e111 + 1u);
             }
             loop_init_11 = false;
-            uint _e91 = m;
-            if ((_e91 < 16u)) {
+            uint _e34 = j;
+            if ((_e34 < 1u)) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red[min(uint((((kk * WG) + ((lid & 7u) * 16u)) + _e103)), 2047u)];
-                part = (_e94 + _e106);
+                m = 0u;
+                bool loop_init_12 = true;
+                while(true) {
+                    if (!loop_init_12) {
+                        uint _e96 = m;
+                        m = (_e96 + 1u);
+                    }
+                    loop_init_12 = false;
+                    uint _e44 = m;
+                    if ((_e44 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        const float4 _e52 = accb_at(_e31, ((4u * _e48) + _e50));
+                        uint _e55 = m;
+                        red[min(uint((((4u * _e55) * WG) + lid)), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red[min(uint(((((4u * _e64) + 1u) * WG) + lid)), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red[min(uint(((((4u * _e75) + 2u) * WG) + lid)), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red[min(uint(((((4u * _e86) + 3u) * WG) + lid)), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_7 = ((4u * _e99) + (lid >> 2u));
+                reduce16_(lid, 16u, (row0_3 + (lid & 3u)), s_7, (s_7 < S));
             }
         }
-    }
-    GroupMemoryBarrierWithGroupSync();
-    float _e113 = part;
-    red[min(uint(lid), 2047u)] = _e113;
-    GroupMemoryBarrierWithGroupSync();
-    if ((lid < 4u)) {
-        bool loop_init_12 = true;
-        while(true) {
-            if (!loop_init_12) {
-                uint _e132 = m_1;
-                m_1 = (_e132 + 1u);
-            }
-            loop_init_12 = false;
-            uint _e119 = m_1;
-            if ((_e119 < 8u)) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red[min(uint(((lid * 8u) + _e126)), 2047u)];
-                v = (_e122 + _e129);
-            }
-        }
-        uint row_1 = (row0_2 + naga_div(lid, S));
-        uint _e139 = p.o;
-        if ((row_1 < _e139)) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y.Store(((naga_mod(lid, S) * _e146) + row_1)*4, asuint(_e150));
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        const bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        const float4 _e127 = partial1_(row0_3, lid);
+        red[min(uint(lid), 2047u)] = _e127.x;
+        red[min(uint((WG + lid)), 2047u)] = _e127.y;
+        red[min(uint((256u + lid)), 2047u)] = _e127.z;
+        red[min(uint((384u + lid)), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_13 = true;
+        while(true) {
+            if (!loop_init_13) {
+                uint _e164 = k;
+                k = (_e164 + 1u);
+            }
+            loop_init_13 = false;
+            uint _e148 = k;
+            if ((_e148 < 16u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc[min(uint(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t[min(uint(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u[min(uint(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid);
+        bool loop_init_14 = true;
+        while(true) {
+            if (!loop_init_14) {
+                uint _e181 = k_1;
+                k_1 = (_e181 + 1u);
+            }
+            loop_init_14 = false;
+            uint _e168 = k_1;
+            if ((_e168 < 4u)) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc[min(uint(_e177), 15u)];
+                red[min(uint(((_e171 * WG) + lid)), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, (row0_3 + naga_div(lid, S)), naga_mod(lid, S), true);
+    return;
 }

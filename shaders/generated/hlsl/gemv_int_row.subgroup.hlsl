@@ -49,6 +49,32 @@ struct XQ {
     uint4 h;
 };
 
+struct AccB {
+    float4 a0_;
+    float4 a1_;
+    float4 a2_;
+    float4 a3_;
+    float4 a4_;
+    float4 a5_;
+    float4 a6_;
+    float4 a7_;
+    float4 a8_;
+    float4 a9_;
+    float4 a10_;
+    float4 a11_;
+    float4 a12_;
+    float4 a13_;
+    float4 a14_;
+    float4 a15_;
+};
+
+struct Q4_ {
+    float4 r0_;
+    float4 r1_;
+    float4 r2_;
+    float4 r3_;
+};
+
 static const uint WG = 128u;
 static const float4 NIB_POS = float4(1.0, 0.0625, 0.00390625, 0.00024414063);
 static const uint S = 1u;
@@ -67,7 +93,7 @@ static float u[16] = (float[16])0;
 groupshared float red[512];
 
 struct ComputeInput_main {
-    uint lid_4 : SV_GroupIndex;
+    uint lid_5 : SV_GroupIndex;
     uint3 wid_1 : SV_GroupID;
     uint3 nwg_1 : SV_GroupID;
 };
@@ -80,37 +106,37 @@ uint word(uint k_2)
 
 uint bytes4_(uint b)
 {
-    uint k_5 = (b >> 2u);
+    uint k_6 = (b >> 2u);
     uint sh = ((b & 3u) * 8u);
-    const uint _e7 = word(k_5);
+    const uint _e7 = word(k_6);
     if ((sh == 0u)) {
         return _e7;
     }
-    const uint _e13 = word((k_5 + 1u));
+    const uint _e13 = word((k_6 + 1u));
     return ((_e7 >> sh) | (_e13 << (32u - sh)));
 }
 
-uint keep_before(uint v_1, uint b_1, uint end)
+uint keep_before(uint v_2, uint b_1, uint end)
 {
     if (((b_1 + 4u) <= end)) {
-        return v_1;
+        return v_2;
     }
     if ((b_1 >= end)) {
         return 0u;
     }
-    return (v_1 & ((1u << (8u * (end - b_1))) - 1u));
+    return (v_2 & ((1u << (8u * (end - b_1))) - 1u));
 }
 
 uint4 load16_(uint b_2, uint end_1)
 {
-    bool local_1 = (bool)0;
+    bool local_4 = (bool)0;
 
     if (((b_2 & 15u) == 0u)) {
-        local_1 = ((b_2 + 16u) <= end_1);
+        local_4 = ((b_2 + 16u) <= end_1);
     } else {
-        local_1 = false;
+        local_4 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_4;
     if (_e12) {
         uint4 _e17 = asuint(wq.Load4((b_2 >> 4u)*16));
         return _e17;
@@ -133,9 +159,9 @@ float4 x4_(uint s, uint i)
     return _e11;
 }
 
-float4 u2f(uint4 v_2)
+float4 u2f(uint4 v_3)
 {
-    return (asfloat((v_2 | (1258291200u).xxxx)) - (8388608.0).xxxx);
+    return (asfloat((v_3 | (1258291200u).xxxx)) - (8388608.0).xxxx);
 }
 
 uint4 nibbles_lo(uint w)
@@ -335,14 +361,14 @@ XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4
 XQ xq(uint c_3)
 {
     uint _e3 = p.x_stride;
-    uint k_6 = ((_e3 >> 2u) + (7u * c_3));
-    float4 _e11 = asfloat(xv.Load4(k_6*16));
-    float4 _e17 = asfloat(xv.Load4((k_6 + 1u)*16));
-    float4 _e23 = asfloat(xv.Load4((k_6 + 2u)*16));
-    float4 _e29 = asfloat(xv.Load4((k_6 + 3u)*16));
-    float4 _e35 = asfloat(xv.Load4((k_6 + 4u)*16));
-    float4 _e41 = asfloat(xv.Load4((k_6 + 5u)*16));
-    float4 _e47 = asfloat(xv.Load4((k_6 + 6u)*16));
+    uint k_7 = ((_e3 >> 2u) + (7u * c_3));
+    float4 _e11 = asfloat(xv.Load4(k_7*16));
+    float4 _e17 = asfloat(xv.Load4((k_7 + 1u)*16));
+    float4 _e23 = asfloat(xv.Load4((k_7 + 2u)*16));
+    float4 _e29 = asfloat(xv.Load4((k_7 + 3u)*16));
+    float4 _e35 = asfloat(xv.Load4((k_7 + 4u)*16));
+    float4 _e41 = asfloat(xv.Load4((k_7 + 5u)*16));
+    float4 _e47 = asfloat(xv.Load4((k_7 + 6u)*16));
     const XQ xq_1 = ConstructXQ(asuint(_e11), asuint(_e17), asuint(_e23), asuint(_e29), asuint(_e35), asuint(_e41), asuint(_e47));
     return xq_1;
 }
@@ -365,8 +391,8 @@ float q4plane(uint4 lo, uint4 hi, uint4 a, uint4 b_3, uint h)
     uint _e31 = b_3.z;
     uint _e34 = hi.w;
     uint _e35 = b_3.w;
-    int s_3 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
-    return (asfloat(s_3) - 12582912.0);
+    int s_4 = asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(asuint(asint(h)) + asuint(dot(int4(_e6, _e6 >> 8, _e6 >> 16, _e6 >> 24) << 24 >> 24, int4(_e7, _e7 >> 8, _e7 >> 16, _e7 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e10, _e10 >> 8, _e10 >> 16, _e10 >> 24) << 24 >> 24, int4(_e11, _e11 >> 8, _e11 >> 16, _e11 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e14, _e14 >> 8, _e14 >> 16, _e14 >> 24) << 24 >> 24, int4(_e15, _e15 >> 8, _e15 >> 16, _e15 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e18, _e18 >> 8, _e18 >> 16, _e18 >> 24) << 24 >> 24, int4(_e19, _e19 >> 8, _e19 >> 16, _e19 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e22, _e22 >> 8, _e22 >> 16, _e22 >> 24) << 24 >> 24, int4(_e23, _e23 >> 8, _e23 >> 16, _e23 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e26, _e26 >> 8, _e26 >> 16, _e26 >> 24) << 24 >> 24, int4(_e27, _e27 >> 8, _e27 >> 16, _e27 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e30, _e30 >> 8, _e30 >> 16, _e30 >> 24) << 24 >> 24, int4(_e31, _e31 >> 8, _e31 >> 16, _e31 >> 24) << 24 >> 24)))) + asuint(dot(int4(_e34, _e34 >> 8, _e34 >> 16, _e34 >> 24) << 24 >> 24, int4(_e35, _e35 >> 8, _e35 >> 16, _e35 >> 24) << 24 >> 24)));
+    return (asfloat(s_4) - 12582912.0);
 }
 
 float q4i8_(uint4 w_6, XQ x_1)
@@ -375,16 +401,210 @@ float q4i8_(uint4 w_6, XQ x_1)
     const uint _e5 = nib_order(w_6.y);
     const uint _e7 = nib_order(w_6.z);
     const uint _e9 = nib_order(w_6.w);
-    uint4 v_5 = uint4(_e3, _e5, _e7, _e9);
-    uint4 lo_1 = (v_5 & (252645135u).xxxx);
-    uint4 hi_1 = ((v_5 >> (4u).xxxx) & (252645135u).xxxx);
+    uint4 v_6 = uint4(_e3, _e5, _e7, _e9);
+    uint4 lo_1 = (v_6 & (252645135u).xxxx);
+    uint4 hi_1 = ((v_6 >> (4u).xxxx) & (252645135u).xxxx);
     const float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
     const float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
     const float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
     return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
 }
 
-void int_chunk(uint r_2, uint i0_, uint4 v_3)
+float4 qdot(Q4_ q_2, float4 x_2)
+{
+    return float4(dot(q_2.r0_, x_2), dot(q_2.r1_, x_2), dot(q_2.r2_, x_2), dot(q_2.r3_, x_2));
+}
+
+void accb(inout AccB a_1, Q4_ q_3, uint i_2)
+{
+    float4 _e4 = a_1.a0_;
+    const float4 _e6 = x4_(0u, i_2);
+    const float4 _e7 = qdot(q_3, _e6);
+    a_1.a0_ = (_e4 + _e7);
+    if (false) {
+        float4 _e14 = a_1.a1_;
+        const float4 _e16 = x4_(1u, i_2);
+        const float4 _e17 = qdot(q_3, _e16);
+        a_1.a1_ = (_e14 + _e17);
+    }
+    if (false) {
+        float4 _e24 = a_1.a2_;
+        const float4 _e26 = x4_(2u, i_2);
+        const float4 _e27 = qdot(q_3, _e26);
+        a_1.a2_ = (_e24 + _e27);
+    }
+    if (false) {
+        float4 _e34 = a_1.a3_;
+        const float4 _e36 = x4_(3u, i_2);
+        const float4 _e37 = qdot(q_3, _e36);
+        a_1.a3_ = (_e34 + _e37);
+    }
+    if (false) {
+        float4 _e44 = a_1.a4_;
+        const float4 _e46 = x4_(4u, i_2);
+        const float4 _e47 = qdot(q_3, _e46);
+        a_1.a4_ = (_e44 + _e47);
+    }
+    if (false) {
+        float4 _e54 = a_1.a5_;
+        const float4 _e56 = x4_(5u, i_2);
+        const float4 _e57 = qdot(q_3, _e56);
+        a_1.a5_ = (_e54 + _e57);
+    }
+    if (false) {
+        float4 _e64 = a_1.a6_;
+        const float4 _e66 = x4_(6u, i_2);
+        const float4 _e67 = qdot(q_3, _e66);
+        a_1.a6_ = (_e64 + _e67);
+    }
+    if (false) {
+        float4 _e74 = a_1.a7_;
+        const float4 _e76 = x4_(7u, i_2);
+        const float4 _e77 = qdot(q_3, _e76);
+        a_1.a7_ = (_e74 + _e77);
+    }
+    if (false) {
+        float4 _e84 = a_1.a8_;
+        const float4 _e86 = x4_(8u, i_2);
+        const float4 _e87 = qdot(q_3, _e86);
+        a_1.a8_ = (_e84 + _e87);
+    }
+    if (false) {
+        float4 _e94 = a_1.a9_;
+        const float4 _e96 = x4_(9u, i_2);
+        const float4 _e97 = qdot(q_3, _e96);
+        a_1.a9_ = (_e94 + _e97);
+    }
+    if (false) {
+        float4 _e104 = a_1.a10_;
+        const float4 _e106 = x4_(10u, i_2);
+        const float4 _e107 = qdot(q_3, _e106);
+        a_1.a10_ = (_e104 + _e107);
+    }
+    if (false) {
+        float4 _e114 = a_1.a11_;
+        const float4 _e116 = x4_(11u, i_2);
+        const float4 _e117 = qdot(q_3, _e116);
+        a_1.a11_ = (_e114 + _e117);
+    }
+    if (false) {
+        float4 _e124 = a_1.a12_;
+        const float4 _e126 = x4_(12u, i_2);
+        const float4 _e127 = qdot(q_3, _e126);
+        a_1.a12_ = (_e124 + _e127);
+    }
+    if (false) {
+        float4 _e134 = a_1.a13_;
+        const float4 _e136 = x4_(13u, i_2);
+        const float4 _e137 = qdot(q_3, _e136);
+        a_1.a13_ = (_e134 + _e137);
+    }
+    if (false) {
+        float4 _e144 = a_1.a14_;
+        const float4 _e146 = x4_(14u, i_2);
+        const float4 _e147 = qdot(q_3, _e146);
+        a_1.a14_ = (_e144 + _e147);
+    }
+    if (false) {
+        float4 _e154 = a_1.a15_;
+        const float4 _e156 = x4_(15u, i_2);
+        const float4 _e157 = qdot(q_3, _e156);
+        a_1.a15_ = (_e154 + _e157);
+        return;
+    } else {
+        return;
+    }
+}
+
+AccB ConstructAccB(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5, float4 arg6, float4 arg7, float4 arg8, float4 arg9, float4 arg10, float4 arg11, float4 arg12, float4 arg13, float4 arg14, float4 arg15) {
+    AccB ret = (AccB)0;
+    ret.a0_ = arg0;
+    ret.a1_ = arg1;
+    ret.a2_ = arg2;
+    ret.a3_ = arg3;
+    ret.a4_ = arg4;
+    ret.a5_ = arg5;
+    ret.a6_ = arg6;
+    ret.a7_ = arg7;
+    ret.a8_ = arg8;
+    ret.a9_ = arg9;
+    ret.a10_ = arg10;
+    ret.a11_ = arg11;
+    ret.a12_ = arg12;
+    ret.a13_ = arg13;
+    ret.a14_ = arg14;
+    ret.a15_ = arg15;
+    return ret;
+}
+
+AccB scaleb(AccB a_2, float4 d_2)
+{
+    const AccB accb_1 = ConstructAccB((a_2.a0_ * d_2), (a_2.a1_ * d_2), (a_2.a2_ * d_2), (a_2.a3_ * d_2), (a_2.a4_ * d_2), (a_2.a5_ * d_2), (a_2.a6_ * d_2), (a_2.a7_ * d_2), (a_2.a8_ * d_2), (a_2.a9_ * d_2), (a_2.a10_ * d_2), (a_2.a11_ * d_2), (a_2.a12_ * d_2), (a_2.a13_ * d_2), (a_2.a14_ * d_2), (a_2.a15_ * d_2));
+    return accb_1;
+}
+
+float4 accb_at(AccB a_3, uint s_3)
+{
+    switch(s_3) {
+        case 0u: {
+            return a_3.a0_;
+        }
+        case 1u: {
+            return a_3.a1_;
+        }
+        case 2u: {
+            return a_3.a2_;
+        }
+        case 3u: {
+            return a_3.a3_;
+        }
+        case 4u: {
+            return a_3.a4_;
+        }
+        case 5u: {
+            return a_3.a5_;
+        }
+        case 6u: {
+            return a_3.a6_;
+        }
+        case 7u: {
+            return a_3.a7_;
+        }
+        case 8u: {
+            return a_3.a8_;
+        }
+        case 9u: {
+            return a_3.a9_;
+        }
+        case 10u: {
+            return a_3.a10_;
+        }
+        case 11u: {
+            return a_3.a11_;
+        }
+        case 12u: {
+            return a_3.a12_;
+        }
+        case 13u: {
+            return a_3.a13_;
+        }
+        case 14u: {
+            return a_3.a14_;
+        }
+        default: {
+            return a_3.a15_;
+        }
+    }
+}
+
+uint4 rows_b(uint row0_)
+{
+    uint _e3 = p.o;
+    uint last = (_e3 - 1u);
+    return uint4(row0_, min((row0_ + 1u), last), min((row0_ + 2u), last), min((row0_ + 3u), last));
+}
+
+void int_chunk(uint r_2, uint i0_, uint4 v_4)
 {
     uint k_4 = 0u;
     uint h_1 = (uint)0;
@@ -403,7 +623,7 @@ void int_chunk(uint r_2, uint i0_, uint4 v_3)
         }
         {
             uint _e8 = k_4;
-            uint w_9 = v_3[min(uint(_e8), 3u)];
+            uint w_9 = v_4[min(uint(_e8), 3u)];
             if (false) {
                 uint _e15 = k_4;
                 const uint4 _e20 = bytes_of((w_9 ^ 2155905152u));
@@ -436,10 +656,10 @@ void int_chunk(uint r_2, uint i0_, uint4 v_3)
                         {
                             uint _e55 = h_1;
                             uint b_4 = (w_9 >> (8u * _e55));
-                            uint4 c_7 = (uint4(b_4, (b_4 >> 2u), (b_4 >> 4u), (b_4 >> 6u)) & (3u).xxxx);
+                            uint4 c_8 = (uint4(b_4, (b_4 >> 2u), (b_4 >> 4u), (b_4 >> 6u)) & (3u).xxxx);
                             uint _e69 = k_4;
                             uint _e73 = h_1;
-                            const float4 _e76 = u2f(c_7);
+                            const float4 _e76 = u2f(c_8);
                             tdot(((i0_ + (16u * _e69)) + (4u * _e73)), (_e76 - (2.0).xxxx));
                         }
                     }
@@ -459,12 +679,12 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
 }
 
-void partial(uint row0_, uint lid_1)
+void partial(uint row0_1, uint lid_1)
 {
-    float d_2[4] = (float[4])0;
+    float d_3[4] = (float[4])0;
     uint r_3 = 0u;
     uint c_4 = (uint)0;
-    uint4 v_4[4] = (uint4[4])0;
+    uint4 v_5[4] = (uint4[4])0;
     uint r_4 = (uint)0;
     uint r_5 = (uint)0;
 
@@ -485,12 +705,12 @@ void partial(uint row0_, uint lid_1)
         {
             uint _e19 = r_3;
             uint _e23 = p.o;
-            if (((row0_ + _e19) < _e23)) {
+            if (((row0_1 + _e19) < _e23)) {
                 uint _e25 = r_3;
                 uint _e27 = r_3;
-                const float _e29 = scale_f32_((row0_ + _e27));
+                const float _e29 = scale_f32_((row0_1 + _e27));
                 const float _e30 = scaled(_e29);
-                d_2[min(uint(_e25), 3u)] = _e30;
+                d_3[min(uint(_e25), 3u)] = _e30;
             }
         }
     }
@@ -508,7 +728,7 @@ void partial(uint row0_, uint lid_1)
             break;
         }
         {
-            v_4 = ZeroValuearray4_uint4_();
+            v_5 = ZeroValuearray4_uint4_();
             r_4 = 0u;
             bool loop_init_6 = true;
             while(true) {
@@ -524,14 +744,14 @@ void partial(uint row0_, uint lid_1)
                 }
                 {
                     uint _e44 = r_4;
-                    uint base_1 = ((row0_ + _e44) * rb_2);
+                    uint base_1 = ((row0_1 + _e44) * rb_2);
                     uint _e47 = r_4;
                     uint _e51 = p.o;
-                    if (((row0_ + _e47) < _e51)) {
+                    if (((row0_1 + _e47) < _e51)) {
                         uint _e53 = r_4;
                         uint _e56 = c_4;
                         const uint4 _e60 = load16_((base_1 + (16u * _e56)), (base_1 + rb_2));
-                        v_4[min(uint(_e53), 3u)] = _e60;
+                        v_5[min(uint(_e53), 3u)] = _e60;
                     }
                 }
             }
@@ -551,15 +771,15 @@ void partial(uint row0_, uint lid_1)
                 {
                     uint _e69 = r_5;
                     uint _e73 = p.o;
-                    if (((row0_ + _e69) < _e73)) {
+                    if (((row0_1 + _e69) < _e73)) {
                         uint _e75 = r_5;
                         uint _e76 = c_4;
                         uint _e78 = r_5;
-                        uint4 _e80 = v_4[min(uint(_e78), 3u)];
+                        uint4 _e80 = v_5[min(uint(_e78), 3u)];
                         int_chunk(_e75, (_e76 * 64u), _e80);
                         uint _e81 = r_5;
                         uint _e82 = r_5;
-                        float _e84 = d_2[min(uint(_e82), 3u)];
+                        float _e84 = d_3[min(uint(_e82), 3u)];
                         fold(_e81, _e84);
                     }
                 }
@@ -591,7 +811,7 @@ float4 i8dotx4_(uint4 w_8, float4 xk)
 
 float4 partial1_i8_(uint4 rr, uint lid_2)
 {
-    float4 a_1 = (0.0).xxxx;
+    float4 a_4 = (0.0).xxxx;
     uint c_5 = (uint)0;
 
     uint rb_3 = p.row_bytes;
@@ -616,32 +836,32 @@ float4 partial1_i8_(uint4 rr, uint lid_2)
             const XQ _e18 = xq(_e17);
             if (((_e18.h.x & 2139095040u) != 2139095040u)) {
                 float dh = asfloat(_e18.h.x);
-                float4 _e28 = a_1;
+                float4 _e28 = a_4;
                 const float _e30 = q4i8_(_e16.v0_, _e18);
                 const float _e32 = q4i8_(_e16.v1_, _e18);
                 const float _e34 = q4i8_(_e16.v2_, _e18);
                 const float _e36 = q4i8_(_e16.v3_, _e18);
-                a_1 = (_e28 + (dh * float4(_e30, _e32, _e34, _e36)));
+                a_4 = (_e28 + (dh * float4(_e30, _e32, _e34, _e36)));
             } else {
                 uint _e40 = c_5;
                 const X8_ _e41 = x8_(_e40);
-                float4 _e42 = a_1;
+                float4 _e42 = a_4;
                 const float4 _e44 = q4row(_e16.v0_, _e41);
                 const float4 _e48 = q4row(_e16.v1_, _e41);
                 const float4 _e52 = q4row(_e16.v2_, _e41);
                 const float4 _e56 = q4row(_e16.v3_, _e41);
-                a_1 = (_e42 + float4(dot(_e44, NIB_POS), dot(_e48, NIB_POS), dot(_e52, NIB_POS), dot(_e56, NIB_POS)));
+                a_4 = (_e42 + float4(dot(_e44, NIB_POS), dot(_e48, NIB_POS), dot(_e52, NIB_POS), dot(_e56, NIB_POS)));
             }
         }
     }
-    float4 _e64 = a_1;
+    float4 _e64 = a_4;
     return _e64;
 }
 
-float4 partial1_(uint row0_1, uint lid_3)
+float4 partial1_(uint row0_2, uint lid_3)
 {
-    bool local_2 = (bool)0;
-    float4 a_2 = (0.0).xxxx;
+    bool local_5 = (bool)0;
+    float4 a_5 = (0.0).xxxx;
     float4 p0_ = (0.0).xxxx;
     float4 p1_ = (0.0).xxxx;
     float4 p2_ = (0.0).xxxx;
@@ -651,8 +871,8 @@ float4 partial1_(uint row0_1, uint lid_3)
     uint rb_4 = p.row_bytes;
     uint nch_2 = naga_div((rb_4 + 15u), 16u);
     uint _e11 = p.o;
-    uint last = (_e11 - 1u);
-    uint4 rr_1 = uint4(row0_1, min((row0_1 + 1u), last), min((row0_1 + 2u), last), min((row0_1 + 3u), last));
+    uint last_1 = (_e11 - 1u);
+    uint4 rr_1 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
     const float _e25 = scale_f32_(rr_1.x);
     const float _e26 = scaled(_e25);
     const float _e28 = scale_f32_(rr_1.y);
@@ -661,17 +881,17 @@ float4 partial1_(uint row0_1, uint lid_3)
     const float _e32 = scaled(_e31);
     const float _e34 = scale_f32_(rr_1.w);
     const float _e35 = scaled(_e34);
-    float4 d_3 = float4(_e26, _e29, _e32, _e35);
+    float4 d_4 = float4(_e26, _e29, _e32, _e35);
     if (false) {
         uint _e45 = p.reserved0_;
-        local_2 = (_e45 == 1u);
+        local_5 = (_e45 == 1u);
     } else {
-        local_2 = false;
+        local_5 = false;
     }
-    bool _e49 = local_2;
+    bool _e49 = local_5;
     if (_e49) {
         const float4 _e50 = partial1_i8_(rr_1, lid_3);
-        return (_e50 * d_3);
+        return (_e50 * d_4);
     }
     c_6 = lid_3;
     bool loop_init_9 = true;
@@ -692,22 +912,22 @@ float4 partial1_(uint row0_1, uint lid_3)
             if (false) {
                 uint _e77 = c_6;
                 uint xi_1 = (4u * _e77);
-                float4 _e79 = a_2;
+                float4 _e79 = a_5;
                 float4 _e91 = asfloat(xv.Load4(xi_1*16));
                 const float4 _e92 = i8dotx4_(uint4(_e71.v0_.x, _e71.v1_.x, _e71.v2_.x, _e71.v3_.x), _e91);
-                a_2 = (_e79 + _e92);
-                float4 _e94 = a_2;
+                a_5 = (_e79 + _e92);
+                float4 _e94 = a_5;
                 float4 _e108 = asfloat(xv.Load4((xi_1 + 1u)*16));
                 const float4 _e109 = i8dotx4_(uint4(_e71.v0_.y, _e71.v1_.y, _e71.v2_.y, _e71.v3_.y), _e108);
-                a_2 = (_e94 + _e109);
-                float4 _e111 = a_2;
+                a_5 = (_e94 + _e109);
+                float4 _e111 = a_5;
                 float4 _e125 = asfloat(xv.Load4((xi_1 + 2u)*16));
                 const float4 _e126 = i8dotx4_(uint4(_e71.v0_.z, _e71.v1_.z, _e71.v2_.z, _e71.v3_.z), _e125);
-                a_2 = (_e111 + _e126);
-                float4 _e128 = a_2;
+                a_5 = (_e111 + _e126);
+                float4 _e128 = a_5;
                 float4 _e142 = asfloat(xv.Load4((xi_1 + 3u)*16));
                 const float4 _e143 = i8dotx4_(uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
-                a_2 = (_e128 + _e143);
+                a_5 = (_e128 + _e143);
             } else {
                 uint _e145 = c_6;
                 const X8_ _e146 = x8_(_e145);
@@ -731,10 +951,119 @@ float4 partial1_(uint row0_1, uint lid_3)
         float4 _e173 = p1_;
         float4 _e176 = p2_;
         float4 _e179 = p3_;
-        a_2 = float4(dot(_e170, NIB_POS), dot(_e173, NIB_POS), dot(_e176, NIB_POS), dot(_e179, NIB_POS));
+        a_5 = float4(dot(_e170, NIB_POS), dot(_e173, NIB_POS), dot(_e176, NIB_POS), dot(_e179, NIB_POS));
     }
-    float4 _e183 = a_2;
-    return (_e183 * d_3);
+    float4 _e183 = a_5;
+    return (_e183 * d_4);
+}
+
+bool fastb()
+{
+    return false;
+}
+
+Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
+    Q4_ ret = (Q4_)0;
+    ret.r0_ = arg0;
+    ret.r1_ = arg1;
+    ret.r2_ = arg2;
+    ret.r3_ = arg3;
+    return ret;
+}
+
+AccB partialb(uint row0_3, uint lid_4)
+{
+    AccB a_6 = (AccB)0;
+    uint c_7 = (uint)0;
+    uint k_5 = (uint)0;
+
+    uint rb_5 = p.row_bytes;
+    uint nch_3 = naga_div((rb_5 + 15u), 16u);
+    const uint4 _e9 = rows_b(row0_3);
+    const float _e11 = scale_f32_(_e9.x);
+    const float _e12 = scaled(_e11);
+    const float _e14 = scale_f32_(_e9.y);
+    const float _e15 = scaled(_e14);
+    const float _e17 = scale_f32_(_e9.z);
+    const float _e18 = scaled(_e17);
+    const float _e20 = scale_f32_(_e9.w);
+    const float _e21 = scaled(_e20);
+    float4 d_5 = float4(_e12, _e15, _e18, _e21);
+    c_7 = lid_4;
+    bool loop_init_10 = true;
+    while(true) {
+        if (!loop_init_10) {
+            uint _e115 = c_7;
+            c_7 = (_e115 + WG);
+        }
+        loop_init_10 = false;
+        uint _e25 = c_7;
+        if ((_e25 < nch_3)) {
+        } else {
+            break;
+        }
+        {
+            uint _e27 = c_7;
+            const Rows4_ _e28 = rows4_(_e9, _e27, rb_5);
+            k_5 = 0u;
+            bool loop_init_11 = true;
+            while(true) {
+                if (!loop_init_11) {
+                    uint _e113 = k_5;
+                    k_5 = (_e113 + 1u);
+                }
+                loop_init_11 = false;
+                uint _e31 = k_5;
+                if ((_e31 < 4u)) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e35 = k_5;
+                    uint _e38 = k_5;
+                    uint _e41 = k_5;
+                    uint _e44 = k_5;
+                    uint4 w_10 = uint4(_e28.v0_[min(uint(_e35), 3u)], _e28.v1_[min(uint(_e38), 3u)], _e28.v2_[min(uint(_e41), 3u)], _e28.v3_[min(uint(_e44), 3u)]);
+                    if (false) {
+                        const float4 _e52 = i8v(w_10.x);
+                        const float4 _e54 = i8v(w_10.y);
+                        const float4 _e56 = i8v(w_10.z);
+                        const float4 _e58 = i8v(w_10.w);
+                        uint _e61 = c_7;
+                        uint _e64 = k_5;
+                        accb(a_6, ConstructQ4_(_e52, _e54, _e56, _e58), ((16u * _e61) + (4u * _e64)));
+                    } else {
+                        uint _e68 = c_7;
+                        uint _e71 = k_5;
+                        uint i_3 = ((32u * _e68) + (8u * _e71));
+                        float4 o = (8.0).xxxx;
+                        const uint4 _e77 = nibbles_lo(w_10.x);
+                        const float4 _e78 = u2f(_e77);
+                        const uint4 _e81 = nibbles_lo(w_10.y);
+                        const float4 _e82 = u2f(_e81);
+                        const uint4 _e85 = nibbles_lo(w_10.z);
+                        const float4 _e86 = u2f(_e85);
+                        const uint4 _e89 = nibbles_lo(w_10.w);
+                        const float4 _e90 = u2f(_e89);
+                        accb(a_6, ConstructQ4_((_e78 - o), (_e82 - o), (_e86 - o), (_e90 - o)), i_3);
+                        const uint4 _e94 = nibbles_hi(w_10.x);
+                        const float4 _e95 = u2f(_e94);
+                        const uint4 _e98 = nibbles_hi(w_10.y);
+                        const float4 _e99 = u2f(_e98);
+                        const uint4 _e102 = nibbles_hi(w_10.z);
+                        const float4 _e103 = u2f(_e102);
+                        const uint4 _e106 = nibbles_hi(w_10.w);
+                        const float4 _e107 = u2f(_e106);
+                        accb(a_6, ConstructQ4_((_e95 - o), (_e99 - o), (_e103 - o), (_e107 - o)), (i_3 + 4u));
+                    }
+                }
+            }
+        }
+    }
+    AccB _e118 = a_6;
+    const AccB _e119 = scaleb(_e118, d_5);
+    const AccB accb_2 = _e119;
+    return accb_2;
 }
 
 uint naga_mod(uint lhs, uint rhs) {
@@ -750,110 +1079,219 @@ void main(ComputeInput_main computeinput_main, uint local_invocation_index : SV_
     GroupMemoryBarrierWithGroupSync();
     uint3 wid = computeinput_main.wid_1;
     uint3 nwg = computeinput_main.nwg_1;
-    uint lid = computeinput_main.lid_4;
+    uint lid = computeinput_main.lid_5;
     uint sgi = WaveGetLaneIndex();
-    uint sgid = computeinput_main.lid_4 / WaveGetLaneCount();
+    uint sgid = computeinput_main.lid_5 / WaveGetLaneCount();
     uint nsg = (128u + WaveGetLaneCount() - 1u) / WaveGetLaneCount();
     bool local = (bool)0;
+    bool local_1 = (bool)0;
+    uint j = 0u;
+    uint m = (uint)0;
+    bool local_2 = (bool)0;
+    float v = (float)0;
+    uint m_1 = (uint)0;
+    bool local_3 = (bool)0;
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
 
-    uint row0_2 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
+    uint row0_4 = ((wid.x + (wid.y * uint3(_NagaConstants.first_vertex, _NagaConstants.first_instance, _NagaConstants.other).x)) * ROWS);
     uint _e15 = p.o;
-    if ((row0_2 >= _e15)) {
+    if ((row0_4 >= _e15)) {
         return;
     }
-    if (true) {
-        const bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        const float4 _e31 = partial1_(row0_2, lid);
-        const float4 _e32 = WaveActiveSum(_e31);
+    bool _e28 = local;
+    if (_e28) {
+        const bool _e31 = fastb();
+        local_1 = _e31;
+    } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        const AccB _e34 = partialb(row0_4, lid);
+        bool loop_init_12 = true;
+        while(true) {
+            if (!loop_init_12) {
+                uint _e152 = j;
+                j = (_e152 + 1u);
+            }
+            loop_init_12 = false;
+            uint _e37 = j;
+            if ((_e37 < 1u)) {
+            } else {
+                break;
+            }
+            {
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e102 = m;
+                        m = (_e102 + 1u);
+                    }
+                    loop_init_13 = false;
+                    uint _e47 = m;
+                    if ((_e47 < 4u)) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        const float4 _e55 = accb_at(_e34, ((4u * _e51) + _e53));
+                        const float4 _e56 = WaveActiveSum(_e55);
+                        if ((sgi == 0u)) {
+                            uint _e61 = m;
+                            red[min(uint((((4u * _e61) * 32u) + sgid)), 511u)] = _e56.x;
+                            uint _e70 = m;
+                            red[min(uint(((((4u * _e70) + 1u) * 32u) + sgid)), 511u)] = _e56.y;
+                            uint _e81 = m;
+                            red[min(uint(((((4u * _e81) + 2u) * 32u) + sgid)), 511u)] = _e56.z;
+                            uint _e92 = m;
+                            red[min(uint(((((4u * _e92) + 3u) * 32u) + sgid)), 511u)] = _e56.w;
+                        }
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+                uint _e105 = j;
+                uint s_5 = ((4u * _e105) + (lid >> 2u));
+                uint row_1 = (row0_4 + (lid & 3u));
+                if ((lid < 16u)) {
+                    local_2 = (s_5 < S);
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_14 = true;
+                    while(true) {
+                        if (!loop_init_14) {
+                            uint _e137 = m_1;
+                            m_1 = (_e137 + 1u);
+                        }
+                        loop_init_14 = false;
+                        uint _e125 = m_1;
+                        if ((_e125 < nsg)) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red[min(uint(((lid * 32u) + _e131)), 511u)];
+                            v = (_e127 + _e134);
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if ((row_1 < _e141)) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y.Store(((s_5 * _e146) + row_1)*4, asuint(_e150));
+                    }
+                }
+                GroupMemoryBarrierWithGroupSync();
+            }
+        }
+        return;
+    }
+    if (true) {
+        const bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        const float4 _e168 = partial1_(row0_4, lid);
+        const float4 _e169 = WaveActiveSum(_e168);
         if ((sgi == 0u)) {
-            red[min(uint(sgid), 511u)] = _e32.x;
-            red[min(uint((32u + sgid)), 511u)] = _e32.y;
-            red[min(uint((64u + sgid)), 511u)] = _e32.z;
-            red[min(uint((96u + sgid)), 511u)] = _e32.w;
+            red[min(uint(sgid), 511u)] = _e169.x;
+            red[min(uint((32u + sgid)), 511u)] = _e169.y;
+            red[min(uint((64u + sgid)), 511u)] = _e169.z;
+            red[min(uint((96u + sgid)), 511u)] = _e169.w;
         }
     } else {
-        bool loop_init_10 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e71 = k;
-                k = (_e71 + 1u);
+            if (!loop_init_15) {
+                uint _e208 = k;
+                k = (_e208 + 1u);
             }
-            loop_init_10 = false;
-            uint _e55 = k;
-            if ((_e55 < 16u)) {
+            loop_init_15 = false;
+            uint _e192 = k;
+            if ((_e192 < 16u)) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc[min(uint(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t[min(uint(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u[min(uint(_e67), 15u)] = 0.0;
+                uint _e196 = k;
+                acc[min(uint(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t[min(uint(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u[min(uint(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_2, lid);
-        bool loop_init_11 = true;
+        partial(row0_4, lid);
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_11) {
-                uint _e91 = k_1;
-                k_1 = (_e91 + 1u);
+            if (!loop_init_16) {
+                uint _e228 = k_1;
+                k_1 = (_e228 + 1u);
             }
-            loop_init_11 = false;
-            uint _e75 = k_1;
-            if ((_e75 < 4u)) {
+            loop_init_16 = false;
+            uint _e212 = k_1;
+            if ((_e212 < 4u)) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc[min(uint(_e78), 15u)];
-                const float _e81 = WaveActiveSum(_e80);
+                uint _e215 = k_1;
+                float _e217 = acc[min(uint(_e215), 15u)];
+                const float _e218 = WaveActiveSum(_e217);
                 if ((sgi == 0u)) {
-                    uint _e85 = k_1;
-                    red[min(uint(((_e85 * 32u) + sgid)), 511u)] = _e81;
+                    uint _e222 = k_1;
+                    red[min(uint(((_e222 * 32u) + sgid)), 511u)] = _e218;
                 }
             }
         }
     }
     GroupMemoryBarrierWithGroupSync();
     if ((lid < 4u)) {
-        bool loop_init_12 = true;
+        bool loop_init_17 = true;
         while(true) {
-            if (!loop_init_12) {
-                uint _e110 = m;
-                m = (_e110 + 1u);
+            if (!loop_init_17) {
+                uint _e247 = m_2;
+                m_2 = (_e247 + 1u);
             }
-            loop_init_12 = false;
-            uint _e98 = m;
-            if ((_e98 < nsg)) {
+            loop_init_17 = false;
+            uint _e235 = m_2;
+            if ((_e235 < nsg)) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red[min(uint(((lid * 32u) + _e104)), 511u)];
-                v = (_e100 + _e107);
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red[min(uint(((lid * 32u) + _e241)), 511u)];
+                v_1 = (_e237 + _e244);
             }
         }
-        uint row_1 = (row0_2 + naga_div(lid, S));
-        uint _e117 = p.o;
-        if ((row_1 < _e117)) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y.Store(((naga_mod(lid, S) * _e124) + row_1)*4, asuint(_e128));
+        uint row_2 = (row0_4 + naga_div(lid, S));
+        uint _e254 = p.o;
+        if ((row_2 < _e254)) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y.Store(((naga_mod(lid, S) * _e261) + row_2)*4, asuint(_e265));
             return;
         } else {
             return;

@@ -50,10 +50,34 @@ struct XQ {
     metal::uint4 b2_;
     metal::uint4 h;
 };
-struct type_10 {
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
+struct Q4_ {
+    metal::float4 r0_;
+    metal::float4 r1_;
+    metal::float4 r2_;
+    metal::float4 r3_;
+};
+struct type_11 {
     metal::uint4 inner[4];
 };
-struct type_12 {
+struct type_13 {
     metal::uint2 inner[4];
 };
 struct Items4_ {
@@ -66,7 +90,7 @@ struct Items4_ {
     metal::uint2 h2_;
     metal::uint2 h3_;
 };
-struct type_14 {
+struct type_15 {
     float inner[2048];
 };
 constant uint WG = 128u;
@@ -98,9 +122,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_1
+    metal::uint4 v
 ) {
-    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 nibbles_lo(
@@ -143,10 +167,10 @@ metal::float4 f16v(
 ) {
     metal::uint4 sign = (h & metal::uint4(32768u)) << metal::uint4(16u);
     metal::uint4 e = (h >> metal::uint4(10u)) & metal::uint4(31u);
-    metal::uint4 m_3 = h & metal::uint4(1023u);
-    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_3 << metal::uint4(13u)));
-    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_3 << metal::uint4(13u)));
-    metal::float4 _e36 = u2f(m_3);
+    metal::uint4 m_4 = h & metal::uint4(1023u);
+    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_4 << metal::uint4(13u)));
+    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_4 << metal::uint4(13u)));
+    metal::float4 _e36 = u2f(m_4);
     metal::float4 sub = as_type<metal::float4>(as_type<metal::uint4>(_e36 * 0.000000059604645) | sign);
     return metal::select(metal::select(normal, special, e == metal::uint4(31u)), sub, e == metal::uint4(0u));
 }
@@ -291,14 +315,14 @@ XQ xq(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint _e3 = p.x_stride;
-    uint k_4 = (_e3 >> 2u) + (7u * c_1);
-    metal::float4 _e11 = xv[metal::min(unsigned(k_4), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e17 = xv[metal::min(unsigned(k_4 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e23 = xv[metal::min(unsigned(k_4 + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e29 = xv[metal::min(unsigned(k_4 + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e35 = xv[metal::min(unsigned(k_4 + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e41 = xv[metal::min(unsigned(k_4 + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e47 = xv[metal::min(unsigned(k_4 + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    uint k_5 = (_e3 >> 2u) + (7u * c_1);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_5), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_5 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_5 + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_5 + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_5 + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_5 + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_5 + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
     return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
 }
 
@@ -341,8 +365,8 @@ float q4plane(
     uint _e35 = b.w;
     packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
     packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
-    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h_1)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
-    return as_type<float>(s_3) - 12582912.0;
+    int s_5 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h_1)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_5) - 12582912.0;
 }
 
 float q4i8_(
@@ -362,6 +386,185 @@ float q4i8_(
     return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
 }
 
+metal::float4 qdot(
+    Q4_ q_1,
+    metal::float4 x_2
+) {
+    return metal::float4(metal::dot(q_1.r0_, x_2), metal::dot(q_1.r1_, x_2), metal::dot(q_1.r2_, x_2), metal::dot(q_1.r3_, x_2));
+}
+
+void accb(
+    thread AccB& a_1,
+    Q4_ q_2,
+    uint i_2,
+    device type_5 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 _e4 = a_1.a0_;
+    metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
+    metal::float4 _e7 = qdot(q_2, _e6);
+    a_1.a0_ = _e4 + _e7;
+    if (false) {
+        metal::float4 _e14 = a_1.a1_;
+        metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e17 = qdot(q_2, _e16);
+        a_1.a1_ = _e14 + _e17;
+    }
+    if (false) {
+        metal::float4 _e24 = a_1.a2_;
+        metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e27 = qdot(q_2, _e26);
+        a_1.a2_ = _e24 + _e27;
+    }
+    if (false) {
+        metal::float4 _e34 = a_1.a3_;
+        metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e37 = qdot(q_2, _e36);
+        a_1.a3_ = _e34 + _e37;
+    }
+    if (false) {
+        metal::float4 _e44 = a_1.a4_;
+        metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e47 = qdot(q_2, _e46);
+        a_1.a4_ = _e44 + _e47;
+    }
+    if (false) {
+        metal::float4 _e54 = a_1.a5_;
+        metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e57 = qdot(q_2, _e56);
+        a_1.a5_ = _e54 + _e57;
+    }
+    if (false) {
+        metal::float4 _e64 = a_1.a6_;
+        metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e67 = qdot(q_2, _e66);
+        a_1.a6_ = _e64 + _e67;
+    }
+    if (false) {
+        metal::float4 _e74 = a_1.a7_;
+        metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e77 = qdot(q_2, _e76);
+        a_1.a7_ = _e74 + _e77;
+    }
+    if (false) {
+        metal::float4 _e84 = a_1.a8_;
+        metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e87 = qdot(q_2, _e86);
+        a_1.a8_ = _e84 + _e87;
+    }
+    if (false) {
+        metal::float4 _e94 = a_1.a9_;
+        metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e97 = qdot(q_2, _e96);
+        a_1.a9_ = _e94 + _e97;
+    }
+    if (false) {
+        metal::float4 _e104 = a_1.a10_;
+        metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e107 = qdot(q_2, _e106);
+        a_1.a10_ = _e104 + _e107;
+    }
+    if (false) {
+        metal::float4 _e114 = a_1.a11_;
+        metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e117 = qdot(q_2, _e116);
+        a_1.a11_ = _e114 + _e117;
+    }
+    if (false) {
+        metal::float4 _e124 = a_1.a12_;
+        metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e127 = qdot(q_2, _e126);
+        a_1.a12_ = _e124 + _e127;
+    }
+    if (false) {
+        metal::float4 _e134 = a_1.a13_;
+        metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e137 = qdot(q_2, _e136);
+        a_1.a13_ = _e134 + _e137;
+    }
+    if (false) {
+        metal::float4 _e144 = a_1.a14_;
+        metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e147 = qdot(q_2, _e146);
+        a_1.a14_ = _e144 + _e147;
+    }
+    if (false) {
+        metal::float4 _e154 = a_1.a15_;
+        metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e157 = qdot(q_2, _e156);
+        a_1.a15_ = _e154 + _e157;
+        return;
+    } else {
+        return;
+    }
+}
+
+metal::float4 accb_at(
+    AccB a_2,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a_2.a0_;
+        }
+        case 1u: {
+            return a_2.a1_;
+        }
+        case 2u: {
+            return a_2.a2_;
+        }
+        case 3u: {
+            return a_2.a3_;
+        }
+        case 4u: {
+            return a_2.a4_;
+        }
+        case 5u: {
+            return a_2.a5_;
+        }
+        case 6u: {
+            return a_2.a6_;
+        }
+        case 7u: {
+            return a_2.a7_;
+        }
+        case 8u: {
+            return a_2.a8_;
+        }
+        case 9u: {
+            return a_2.a9_;
+        }
+        case 10u: {
+            return a_2.a10_;
+        }
+        case 11u: {
+            return a_2.a11_;
+        }
+        case 12u: {
+            return a_2.a12_;
+        }
+        case 13u: {
+            return a_2.a13_;
+        }
+        case 14u: {
+            return a_2.a14_;
+        }
+        default: {
+            return a_2.a15_;
+        }
+    }
+}
+
+metal::uint4 rows_b(
+    uint row0_,
+    constant Params& p
+) {
+    uint _e3 = p.o;
+    uint last = _e3 - 1u;
+    return metal::uint4(row0_, metal::min(row0_ + 1u, last), metal::min(row0_ + 2u, last), metal::min(row0_ + 3u, last));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -371,7 +574,7 @@ uint naga_mod(uint lhs, uint rhs) {
 }
 
 void partial(
-    uint row0_,
+    uint row0_1,
     uint lid_1,
     device type_2 const& wq,
     device type_5 const& xv,
@@ -381,35 +584,35 @@ void partial(
     thread type_7& u,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint j = {};
-    type_10 v_2 = {};
-    type_12 h_2 = {};
+    uint j_1 = {};
+    type_11 v_1 = {};
+    type_13 h_2 = {};
     uint r_1 = {};
     uint r_2 = {};
     uint k_3 = {};
-    bool local_1 = {};
+    bool local_3 = {};
     uint rb_5 = p.row_bytes;
     uint nb = naga_div(rb_5, 136u);
-    j = lid_1;
+    j_1 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e179 = j;
-            j = _e179 + WG;
+            uint _e179 = j_1;
+            j_1 = _e179 + WG;
         }
         loop_init_2 = false;
-        uint _e8 = j;
+        uint _e8 = j_1;
         if (_e8 < (8u * nb)) {
         } else {
             break;
         }
         {
-            uint _e12 = j;
+            uint _e12 = j_1;
             uint b_5 = naga_div(_e12, 8u);
-            uint _e15 = j;
+            uint _e15 = j_1;
             uint pp_2 = naga_mod(_e15, 8u);
-            v_2 = type_10 {};
-            h_2 = type_12 {};
+            v_1 = type_11 {};
+            h_2 = type_13 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -426,18 +629,18 @@ void partial(
                 {
                     uint _e27 = r_1;
                     uint _e31 = p.o;
-                    if ((row0_ + _e27) < _e31) {
+                    if ((row0_1 + _e27) < _e31) {
                         uint _e33 = r_1;
-                        uint bw = naga_div(((row0_ + _e33) * rb_5) + (136u * b_5), 4u);
+                        uint bw = naga_div(((row0_1 + _e33) * rb_5) + (136u * b_5), 4u);
                         uint _e41 = r_1;
                         uint _e45 = group(b_5, nb);
-                        uint hw = naga_div(((row0_ + _e41) * rb_5) + (136u * _e45), 4u);
+                        uint hw = naga_div(((row0_1 + _e41) * rb_5) + (136u * _e45), 4u);
                         uint _e50 = r_1;
                         uint _e55 = word((bw + 2u) + pp_2, wq, _buffer_sizes);
                         uint _e59 = word((bw + 10u) + pp_2, wq, _buffer_sizes);
                         uint _e63 = word((bw + 18u) + pp_2, wq, _buffer_sizes);
                         uint _e67 = word((bw + 26u) + pp_2, wq, _buffer_sizes);
-                        v_2.inner[metal::min(unsigned(_e50), 3u)] = metal::uint4(_e55, _e59, _e63, _e67);
+                        v_1.inner[metal::min(unsigned(_e50), 3u)] = metal::uint4(_e55, _e59, _e63, _e67);
                         uint _e69 = r_1;
                         uint _e71 = word(hw, wq, _buffer_sizes);
                         uint _e74 = word(hw + 1u, wq, _buffer_sizes);
@@ -462,7 +665,7 @@ void partial(
                 {
                     uint _e89 = r_2;
                     uint _e93 = p.o;
-                    if ((row0_ + _e89) < _e93) {
+                    if ((row0_1 + _e89) < _e93) {
                         k_3 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -479,22 +682,22 @@ void partial(
                             {
                                 uint _e100 = r_2;
                                 uint _e102 = k_3;
-                                uint w_7 = v_2.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
+                                uint w_7 = v_1.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
                                 uint _e106 = k_3;
-                                uint i_2 = i0_ + (64u * _e106);
+                                uint i_3 = i0_ + (64u * _e106);
                                 metal::uint4 _e109 = nibbles_lo(w_7);
                                 metal::float4 _e110 = u2f(_e109);
-                                tdot_sum(i_2, _e110, xv, p, t, u, _buffer_sizes);
+                                tdot_sum(i_3, _e110, xv, p, t, u, _buffer_sizes);
                                 metal::uint4 _e113 = nibbles_hi(w_7);
                                 metal::float4 _e114 = u2f(_e113);
-                                tdot_sum(i_2 + 4u, _e114, xv, p, t, u, _buffer_sizes);
+                                tdot_sum(i_3 + 4u, _e114, xv, p, t, u, _buffer_sizes);
                                 if (false) {
                                     uint _e121 = k_3;
-                                    local_1 = _e121 == 1u;
+                                    local_3 = _e121 == 1u;
                                 } else {
-                                    local_1 = false;
+                                    local_3 = false;
                                 }
-                                bool _e125 = local_1;
+                                bool _e125 = local_3;
                                 if (_e125) {
                                     uint _e126 = r_2;
                                     uint _e129 = h_2.inner[metal::min(unsigned(_e126), 3u)].x;
@@ -603,30 +806,30 @@ Items4_ items4_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    Items4_ q_1 = {};
+    Items4_ q_3 = {};
     metal::uint4 _e8 = item(rr.x, rb_2, b_3, pp_1, wq, _buffer_sizes);
-    q_1.v0_ = _e8;
+    q_3.v0_ = _e8;
     metal::uint2 _e11 = header(rr.x, rb_2, gb, wq, _buffer_sizes);
-    q_1.h0_ = _e11;
+    q_3.h0_ = _e11;
     if (true) {
         metal::uint4 _e18 = item(rr.y, rb_2, b_3, pp_1, wq, _buffer_sizes);
-        q_1.v1_ = _e18;
+        q_3.v1_ = _e18;
         metal::uint2 _e21 = header(rr.y, rb_2, gb, wq, _buffer_sizes);
-        q_1.h1_ = _e21;
+        q_3.h1_ = _e21;
     }
     if (true) {
         metal::uint4 _e28 = item(rr.z, rb_2, b_3, pp_1, wq, _buffer_sizes);
-        q_1.v2_ = _e28;
+        q_3.v2_ = _e28;
         metal::uint2 _e31 = header(rr.z, rb_2, gb, wq, _buffer_sizes);
-        q_1.h2_ = _e31;
+        q_3.h2_ = _e31;
     }
     if (true) {
         metal::uint4 _e38 = item(rr.w, rb_2, b_3, pp_1, wq, _buffer_sizes);
-        q_1.v3_ = _e38;
+        q_3.v3_ = _e38;
         metal::uint2 _e41 = header(rr.w, rb_2, gb, wq, _buffer_sizes);
-        q_1.h3_ = _e41;
+        q_3.h3_ = _e41;
     }
-    Items4_ _e42 = q_1;
+    Items4_ _e42 = q_3;
     return _e42;
 }
 
@@ -653,11 +856,11 @@ metal::uint4 sub4_(
     uint row_2,
     uint rb_3,
     uint b_4,
-    uint m_2,
+    uint m_1,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint bw_2 = (naga_div((row_2 * rb_3) + (136u * b_4), 4u) + 2u) + (4u * m_2);
+    uint bw_2 = (naga_div((row_2 * rb_3) + (136u * b_4), 4u) + 2u) + (4u * m_1);
     uint _e15 = word(bw_2, wq, _buffer_sizes);
     uint _e18 = word(bw_2 + 1u, wq, _buffer_sizes);
     uint _e21 = word(bw_2 + 2u, wq, _buffer_sizes);
@@ -706,57 +909,57 @@ metal::float4 partial1_i8_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_1 = metal::float4(0.0);
-    uint j_1 = {};
+    metal::float4 a_3 = metal::float4(0.0);
+    uint j_2 = {};
     metal::float4 f = {};
     float sx = {};
     uint rb_6 = p.row_bytes;
     uint nb_1 = naga_div(rb_6, 136u);
-    j_1 = lid_2;
+    j_2 = lid_2;
     bool loop_init_6 = true;
     while(true) {
         if (!loop_init_6) {
-            uint _e133 = j_1;
-            j_1 = _e133 + WG;
+            uint _e133 = j_2;
+            j_2 = _e133 + WG;
         }
         loop_init_6 = false;
-        uint _e11 = j_1;
+        uint _e11 = j_2;
         if (_e11 < (8u * nb_1)) {
         } else {
             break;
         }
         {
-            uint _e15 = j_1;
+            uint _e15 = j_2;
             uint b_6 = naga_div(_e15, 8u);
-            uint _e18 = j_1;
-            uint m_4 = naga_mod(_e18, 8u);
-            uint h_5 = naga_div(m_4, 4u);
+            uint _e18 = j_2;
+            uint m_5 = naga_mod(_e18, 8u);
+            uint h_5 = naga_div(m_5, 4u);
             uint _e23 = group(b_6, nb_1);
-            metal::uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_4, wq, _buffer_sizes);
-            metal::uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_4, wq, _buffer_sizes);
-            metal::uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_4, wq, _buffer_sizes);
-            metal::uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_4, wq, _buffer_sizes);
+            metal::uint4 _e25 = sub4_(rr_1.x, rb_6, b_6, m_5, wq, _buffer_sizes);
+            metal::uint4 _e27 = sub4_(rr_1.y, rb_6, b_6, m_5, wq, _buffer_sizes);
+            metal::uint4 _e29 = sub4_(rr_1.z, rb_6, b_6, m_5, wq, _buffer_sizes);
+            metal::uint4 _e31 = sub4_(rr_1.w, rb_6, b_6, m_5, wq, _buffer_sizes);
             metal::float2 _e33 = sz8_(rr_1.x, rb_6, _e23, h_5, wq, _buffer_sizes);
             metal::float2 _e35 = sz8_(rr_1.y, rb_6, _e23, h_5, wq, _buffer_sizes);
             metal::float2 _e37 = sz8_(rr_1.z, rb_6, _e23, h_5, wq, _buffer_sizes);
             metal::float2 _e39 = sz8_(rr_1.w, rb_6, _e23, h_5, wq, _buffer_sizes);
             metal::float4 sc4_ = metal::float4(_e33.x, _e35.x, _e37.x, _e39.x);
             metal::float4 z4_ = metal::float4(_e33.y, _e35.y, _e37.y, _e39.y);
-            uint _e50 = j_1;
+            uint _e50 = j_2;
             XQ _e51 = xq(_e50, xv, p, _buffer_sizes);
             f = metal::float4 {};
             sx = float {};
             if ((_e51.h.x & 2139095040u) != 2139095040u) {
                 float dh = as_type<float>(_e51.h.x);
-                metal::int3 q_2 = as_type<metal::int3>(metal::uint3(1262485504u) - _e51.h.yzw) >> metal::uint3(3u);
-                sx = static_cast<float>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(q_2.x) * as_type<uint>(65536))) + as_type<uint>(as_type<int>(as_type<uint>(q_2.y) * as_type<uint>(256))))) + as_type<uint>(q_2.z))) * (dh * 0.00390625);
+                metal::int3 q_4 = as_type<metal::int3>(metal::uint3(1262485504u) - _e51.h.yzw) >> metal::uint3(3u);
+                sx = static_cast<float>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(q_4.x) * as_type<uint>(65536))) + as_type<uint>(as_type<int>(as_type<uint>(q_4.y) * as_type<uint>(256))))) + as_type<uint>(q_4.z))) * (dh * 0.00390625);
                 float _e87 = q4i8_(_e25, _e51);
                 float _e88 = q4i8_(_e27, _e51);
                 float _e89 = q4i8_(_e29, _e51);
                 float _e90 = q4i8_(_e31, _e51);
                 f = dh * metal::float4(_e87, _e88, _e89, _e90);
             } else {
-                uint _e93 = j_1;
+                uint _e93 = j_2;
                 X8_ _e94 = x8_(_e93, xv, _buffer_sizes);
                 sx = metal::dot(((_e94.x0_ + _e94.x1_) + (_e94.x2_ + _e94.x3_)) + ((_e94.x4_ + _e94.x5_) + (_e94.x6_ + _e94.x7_)), metal::float4(1.0));
                 metal::float4 _e113 = q4row(_e25, _e94);
@@ -765,53 +968,53 @@ metal::float4 partial1_i8_(
                 metal::float4 _e122 = q4row(_e31, _e94);
                 f = metal::float4(metal::dot(_e113, NIB_POS), metal::dot(_e116, NIB_POS), metal::dot(_e119, NIB_POS), metal::dot(_e122, NIB_POS));
             }
-            metal::float4 _e126 = a_1;
+            metal::float4 _e126 = a_3;
             metal::float4 _e127 = f;
             float _e129 = sx;
-            a_1 = _e126 + ((sc4_ * _e127) + (z4_ * _e129));
+            a_3 = _e126 + ((sc4_ * _e127) + (z4_ * _e129));
         }
     }
-    metal::float4 _e136 = a_1;
+    metal::float4 _e136 = a_3;
     return _e136;
 }
 
 metal::float4 partial1_(
-    uint row0_1,
+    uint row0_2,
     uint lid_3,
     device type_2 const& wq,
     device type_5 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_2 = metal::float4(0.0);
-    uint j_2 = {};
+    metal::float4 a_4 = metal::float4(0.0);
+    uint j_3 = {};
     uint rb_7 = p.row_bytes;
     uint nb_2 = naga_div(rb_7, 136u);
     uint _e9 = p.o;
-    uint last = _e9 - 1u;
-    metal::uint4 rr_2 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint last_1 = _e9 - 1u;
+    metal::uint4 rr_2 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     uint _e24 = p.reserved0_;
     if (_e24 == 1u) {
         metal::float4 _e27 = partial1_i8_(rr_2, lid_3, wq, xv, p, _buffer_sizes);
         return _e27;
     }
-    j_2 = lid_3;
+    j_3 = lid_3;
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e195 = j_2;
-            j_2 = _e195 + WG;
+            uint _e195 = j_3;
+            j_3 = _e195 + WG;
         }
         loop_init_7 = false;
-        uint _e32 = j_2;
+        uint _e32 = j_3;
         if (_e32 < (8u * nb_2)) {
         } else {
             break;
         }
         {
-            uint _e36 = j_2;
+            uint _e36 = j_3;
             uint b_7 = naga_div(_e36, 8u);
-            uint _e39 = j_2;
+            uint _e39 = j_3;
             uint pp_3 = naga_mod(_e39, 8u);
             uint _e42 = group(b_7, nb_2);
             Items4_ _e43 = items4_(rr_2, rb_7, b_7, pp_3, _e42, wq, _buffer_sizes);
@@ -849,14 +1052,186 @@ metal::float4 partial1_(
             metal::float4 z0_ = metal::float4(_e143.y, _e146.y, _e149.y, _e152.y);
             metal::float4 sc1_ = metal::float4(_e155.x, _e158.x, _e161.x, _e164.x);
             metal::float4 z1_ = metal::float4(_e155.y, _e158.y, _e161.y, _e164.y);
-            metal::float4 _e185 = a_2;
-            a_2 = _e185 + ((sc0_ * f0_) + (z0_ * sx0_));
-            metal::float4 _e190 = a_2;
-            a_2 = _e190 + ((sc1_ * f1_) + (z1_ * sx1_));
+            metal::float4 _e185 = a_4;
+            a_4 = _e185 + ((sc0_ * f0_) + (z0_ * sx0_));
+            metal::float4 _e190 = a_4;
+            a_4 = _e190 + ((sc1_ * f1_) + (z1_ * sx1_));
         }
     }
-    metal::float4 _e198 = a_2;
+    metal::float4 _e198 = a_4;
     return _e198;
+}
+
+bool fastb(
+) {
+    return true;
+}
+
+AccB partialb(
+    uint row0_3,
+    uint lid_4,
+    device type_2 const& wq,
+    device type_5 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    AccB a_5 = {};
+    uint j_4 = {};
+    uint k_4 = {};
+    uint rb_8 = p.row_bytes;
+    uint nb_3 = naga_div(rb_8, 136u);
+    metal::uint4 _e7 = rows_b(row0_3, p);
+    j_4 = lid_4;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e131 = j_4;
+            j_4 = _e131 + WG;
+        }
+        loop_init_8 = false;
+        uint _e10 = j_4;
+        if (_e10 < (8u * nb_3)) {
+        } else {
+            break;
+        }
+        {
+            uint _e14 = j_4;
+            uint b_8 = naga_div(_e14, 8u);
+            uint _e17 = j_4;
+            uint pp_4 = naga_mod(_e17, 8u);
+            uint _e20 = group(b_8, nb_3);
+            Items4_ _e21 = items4_(_e7, rb_8, b_8, pp_4, _e20, wq, _buffer_sizes);
+            k_4 = 0u;
+            bool loop_init_9 = true;
+            while(true) {
+                if (!loop_init_9) {
+                    uint _e129 = k_4;
+                    k_4 = _e129 + 1u;
+                }
+                loop_init_9 = false;
+                uint _e24 = k_4;
+                if (_e24 < 4u) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e27 = k_4;
+                    uint hh = _e27 >> 1u;
+                    metal::float2 _e31 = sz(_e21.h0_, hh);
+                    metal::float2 _e33 = sz(_e21.h1_, hh);
+                    metal::float2 _e35 = sz(_e21.h2_, hh);
+                    metal::float2 _e37 = sz(_e21.h3_, hh);
+                    uint _e39 = k_4;
+                    uint _e42 = k_4;
+                    uint _e45 = k_4;
+                    uint _e48 = k_4;
+                    metal::uint4 w_8 = metal::uint4(_e21.v0_[metal::min(unsigned(_e39), 3u)], _e21.v1_[metal::min(unsigned(_e42), 3u)], _e21.v2_[metal::min(unsigned(_e45), 3u)], _e21.v3_[metal::min(unsigned(_e48), 3u)]);
+                    uint _e54 = k_4;
+                    uint i_4 = ((256u * b_8) + (64u * _e54)) + (8u * pp_4);
+                    metal::uint4 _e61 = nibbles_lo(w_8.x);
+                    metal::float4 _e62 = u2f(_e61);
+                    metal::uint4 _e69 = nibbles_lo(w_8.y);
+                    metal::float4 _e70 = u2f(_e69);
+                    metal::uint4 _e77 = nibbles_lo(w_8.z);
+                    metal::float4 _e78 = u2f(_e77);
+                    metal::uint4 _e85 = nibbles_lo(w_8.w);
+                    metal::float4 _e86 = u2f(_e85);
+                    accb(a_5, Q4_ {metal::fma(_e62, metal::float4(_e31.x), metal::float4(_e31.y)), metal::fma(_e70, metal::float4(_e33.x), metal::float4(_e33.y)), metal::fma(_e78, metal::float4(_e35.x), metal::float4(_e35.y)), metal::fma(_e86, metal::float4(_e37.x), metal::float4(_e37.y))}, i_4, xv, p, _buffer_sizes);
+                    metal::uint4 _e94 = nibbles_hi(w_8.x);
+                    metal::float4 _e95 = u2f(_e94);
+                    metal::uint4 _e102 = nibbles_hi(w_8.y);
+                    metal::float4 _e103 = u2f(_e102);
+                    metal::uint4 _e110 = nibbles_hi(w_8.z);
+                    metal::float4 _e111 = u2f(_e110);
+                    metal::uint4 _e118 = nibbles_hi(w_8.w);
+                    metal::float4 _e119 = u2f(_e118);
+                    accb(a_5, Q4_ {metal::fma(_e95, metal::float4(_e31.x), metal::float4(_e31.y)), metal::fma(_e103, metal::float4(_e33.x), metal::float4(_e33.y)), metal::fma(_e111, metal::float4(_e35.x), metal::float4(_e35.y)), metal::fma(_e119, metal::float4(_e37.x), metal::float4(_e37.y))}, i_4 + 4u, xv, p, _buffer_sizes);
+                }
+            }
+        }
+    }
+    AccB _e134 = a_5;
+    return _e134;
+}
+
+void reduce16_(
+    uint lid_5,
+    uint n_1,
+    uint row_4,
+    uint s_4,
+    bool keep,
+    device type_6& y,
+    constant Params& p,
+    threadgroup type_15& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_2 = 0u;
+    float v_2 = 0.0;
+    uint m_3 = 0u;
+    bool local_4 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_5 >> 3u;
+    if (kk < n_1) {
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e30 = m_2;
+                m_2 = _e30 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e12 = m_2;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_2;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_5 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_5), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_5 < n_1) {
+        bool loop_init_11 = true;
+        while(true) {
+            if (!loop_init_11) {
+                uint _e53 = m_3;
+                m_3 = _e53 + 1u;
+            }
+            loop_init_11 = false;
+            uint _e40 = m_3;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_2;
+                uint _e47 = m_3;
+                float _e50 = red.inner[metal::min(unsigned((lid_5 * 8u) + _e47), 2047u)];
+                v_2 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_4 = row_4 < _e59;
+        } else {
+            local_4 = false;
+        }
+        bool _e62 = local_4;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_2;
+            y[metal::min(unsigned((s_4 * _e66) + row_4), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
 }
 
 struct main_Input {
@@ -869,7 +1244,7 @@ struct main_Input {
 , device type_5 const& xv [[buffer(2)]]
 , device type_6& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_14& red
+, threadgroup type_15& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_7 acc = {};
@@ -880,131 +1255,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_4 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_4 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid, wq, xv, p, _buffer_sizes);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_8 = true;
-        while(true) {
-            if (!loop_init_8) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_8 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-        bool loop_init_9 = true;
-        while(true) {
-            if (!loop_init_9) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_9 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
-        bool loop_init_10 = true;
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_4, lid, wq, xv, p, _buffer_sizes);
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+            if (!loop_init_12) {
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
-            loop_init_10 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            loop_init_12 = false;
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_13 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_6 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_4 + (lid & 3u), s_6, s_6 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_11 = true;
-        while(true) {
-            if (!loop_init_11) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_11 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row_4 = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row_4 < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_4), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_4, lid, wq, xv, p, _buffer_sizes);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_14 = true;
+        while(true) {
+            if (!loop_init_14) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_14 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_4, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        bool loop_init_15 = true;
+        while(true) {
+            if (!loop_init_15) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_15 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_4 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

@@ -39,13 +39,37 @@ struct Rows4_ {
     metal::uint4 v2_;
     metal::uint4 v3_;
 };
-struct type_10 {
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
+struct Q4_ {
+    metal::float4 r0_;
+    metal::float4 r1_;
+    metal::float4 r2_;
+    metal::float4 r3_;
+};
+struct type_12 {
     uint inner[4];
 };
-struct type_11 {
+struct type_13 {
     metal::uint4 inner[4];
 };
-struct type_15 {
+struct type_16 {
     float inner[512];
 };
 constant uint WG = 128u;
@@ -69,28 +93,28 @@ uint bytes4_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint k_6 = b >> 2u;
+    uint k_7 = b >> 2u;
     uint sh = (b & 3u) * 8u;
-    uint _e7 = word(k_6, wq, _buffer_sizes);
+    uint _e7 = word(k_7, wq, _buffer_sizes);
     if (sh == 0u) {
         return _e7;
     }
-    uint _e13 = word(k_6 + 1u, wq, _buffer_sizes);
+    uint _e13 = word(k_7 + 1u, wq, _buffer_sizes);
     return (_e7 >> sh) | (_e13 << (32u - sh));
 }
 
 uint keep_before(
-    uint v_1,
+    uint v_2,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v_2;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v_2 & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::uint4 load16_(
@@ -99,13 +123,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_1 = {};
+    bool local_4 = {};
     if ((b_2 & 15u) == 0u) {
-        local_1 = (b_2 + 16u) <= end_1;
+        local_4 = (b_2 + 16u) <= end_1;
     } else {
-        local_1 = false;
+        local_4 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_4;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -134,9 +158,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_3
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_3 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 bytes_of(
@@ -292,9 +316,9 @@ metal::float4 e4m3v(
 ) {
     metal::uint4 _e1 = bytes_of(w_1);
     metal::uint4 e_1 = (_e1 >> metal::uint4(3u)) & metal::uint4(15u);
-    metal::uint4 m_1 = _e1 & metal::uint4(7u);
-    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(120u)) << metal::uint4(23u)) | (m_1 << metal::uint4(20u)));
-    metal::float4 _e22 = u2f(m_1);
+    metal::uint4 m_3 = _e1 & metal::uint4(7u);
+    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(120u)) << metal::uint4(23u)) | (m_3 << metal::uint4(20u)));
+    metal::float4 _e22 = u2f(m_3);
     metal::float4 mag = metal::select(normal, _e22 * 0.001953125, e_1 == metal::uint4(0u));
     return metal::select(mag, -(mag), (_e1 & metal::uint4(128u)) != metal::uint4(0u));
 }
@@ -341,12 +365,201 @@ Rows4_ rows4_(
     return _e28;
 }
 
+metal::float4 qdot(
+    Q4_ q_2,
+    metal::float4 x
+) {
+    return metal::float4(metal::dot(q_2.r0_, x), metal::dot(q_2.r1_, x), metal::dot(q_2.r2_, x), metal::dot(q_2.r3_, x));
+}
+
+void accb(
+    thread AccB& a,
+    Q4_ q_3,
+    uint i_2,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 _e4 = a.a0_;
+    metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
+    metal::float4 _e7 = qdot(q_3, _e6);
+    a.a0_ = _e4 + _e7;
+    if (false) {
+        metal::float4 _e14 = a.a1_;
+        metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e17 = qdot(q_3, _e16);
+        a.a1_ = _e14 + _e17;
+    }
+    if (false) {
+        metal::float4 _e24 = a.a2_;
+        metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e27 = qdot(q_3, _e26);
+        a.a2_ = _e24 + _e27;
+    }
+    if (false) {
+        metal::float4 _e34 = a.a3_;
+        metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e37 = qdot(q_3, _e36);
+        a.a3_ = _e34 + _e37;
+    }
+    if (false) {
+        metal::float4 _e44 = a.a4_;
+        metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e47 = qdot(q_3, _e46);
+        a.a4_ = _e44 + _e47;
+    }
+    if (false) {
+        metal::float4 _e54 = a.a5_;
+        metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e57 = qdot(q_3, _e56);
+        a.a5_ = _e54 + _e57;
+    }
+    if (false) {
+        metal::float4 _e64 = a.a6_;
+        metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e67 = qdot(q_3, _e66);
+        a.a6_ = _e64 + _e67;
+    }
+    if (false) {
+        metal::float4 _e74 = a.a7_;
+        metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e77 = qdot(q_3, _e76);
+        a.a7_ = _e74 + _e77;
+    }
+    if (false) {
+        metal::float4 _e84 = a.a8_;
+        metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e87 = qdot(q_3, _e86);
+        a.a8_ = _e84 + _e87;
+    }
+    if (false) {
+        metal::float4 _e94 = a.a9_;
+        metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e97 = qdot(q_3, _e96);
+        a.a9_ = _e94 + _e97;
+    }
+    if (false) {
+        metal::float4 _e104 = a.a10_;
+        metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e107 = qdot(q_3, _e106);
+        a.a10_ = _e104 + _e107;
+    }
+    if (false) {
+        metal::float4 _e114 = a.a11_;
+        metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e117 = qdot(q_3, _e116);
+        a.a11_ = _e114 + _e117;
+    }
+    if (false) {
+        metal::float4 _e124 = a.a12_;
+        metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e127 = qdot(q_3, _e126);
+        a.a12_ = _e124 + _e127;
+    }
+    if (false) {
+        metal::float4 _e134 = a.a13_;
+        metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e137 = qdot(q_3, _e136);
+        a.a13_ = _e134 + _e137;
+    }
+    if (false) {
+        metal::float4 _e144 = a.a14_;
+        metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e147 = qdot(q_3, _e146);
+        a.a14_ = _e144 + _e147;
+    }
+    if (false) {
+        metal::float4 _e154 = a.a15_;
+        metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e157 = qdot(q_3, _e156);
+        a.a15_ = _e154 + _e157;
+        return;
+    } else {
+        return;
+    }
+}
+
+AccB poisonb(
+    AccB a_1,
+    metal::bool4 bad,
+    constant Params& p
+) {
+    uint _e5 = p.reserved0_;
+    metal::float4 q_4 = metal::float4(as_type<float>(2143289344u + (_e5 * 0u)));
+    return AccB {metal::select(a_1.a0_, q_4, bad), metal::select(a_1.a1_, q_4, bad), metal::select(a_1.a2_, q_4, bad), metal::select(a_1.a3_, q_4, bad), metal::select(a_1.a4_, q_4, bad), metal::select(a_1.a5_, q_4, bad), metal::select(a_1.a6_, q_4, bad), metal::select(a_1.a7_, q_4, bad), metal::select(a_1.a8_, q_4, bad), metal::select(a_1.a9_, q_4, bad), metal::select(a_1.a10_, q_4, bad), metal::select(a_1.a11_, q_4, bad), metal::select(a_1.a12_, q_4, bad), metal::select(a_1.a13_, q_4, bad), metal::select(a_1.a14_, q_4, bad), metal::select(a_1.a15_, q_4, bad)};
+}
+
+metal::float4 accb_at(
+    AccB a_2,
+    uint s_4
+) {
+    switch(s_4) {
+        case 0u: {
+            return a_2.a0_;
+        }
+        case 1u: {
+            return a_2.a1_;
+        }
+        case 2u: {
+            return a_2.a2_;
+        }
+        case 3u: {
+            return a_2.a3_;
+        }
+        case 4u: {
+            return a_2.a4_;
+        }
+        case 5u: {
+            return a_2.a5_;
+        }
+        case 6u: {
+            return a_2.a6_;
+        }
+        case 7u: {
+            return a_2.a7_;
+        }
+        case 8u: {
+            return a_2.a8_;
+        }
+        case 9u: {
+            return a_2.a9_;
+        }
+        case 10u: {
+            return a_2.a10_;
+        }
+        case 11u: {
+            return a_2.a11_;
+        }
+        case 12u: {
+            return a_2.a12_;
+        }
+        case 13u: {
+            return a_2.a13_;
+        }
+        case 14u: {
+            return a_2.a14_;
+        }
+        default: {
+            return a_2.a15_;
+        }
+    }
+}
+
+metal::uint4 rows_b(
+    uint row0_,
+    constant Params& p
+) {
+    uint _e3 = p.o;
+    uint last = _e3 - 1u;
+    return metal::uint4(row0_, metal::min(row0_ + 1u, last), metal::min(row0_ + 2u, last), metal::min(row0_ + 3u, last));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
 void partial(
-    uint row0_,
+    uint row0_1,
     uint lid_1,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -356,9 +569,9 @@ void partial(
     thread type_8& t,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    type_10 nan = {};
+    type_12 nan = {};
     uint c_2 = {};
-    type_11 v_3 = {};
+    type_13 v_4 = {};
     uint r_3 = {};
     uint r_4 = {};
     uint k_5 = {};
@@ -381,7 +594,7 @@ void partial(
             break;
         }
         {
-            v_3 = type_11 {};
+            v_4 = type_13 {};
             r_3 = 0u;
             bool loop_init_4 = true;
             while(true) {
@@ -397,14 +610,14 @@ void partial(
                 }
                 {
                     uint _e23 = r_3;
-                    uint base_1 = (row0_ + _e23) * rb_2;
+                    uint base_1 = (row0_1 + _e23) * rb_2;
                     uint _e26 = r_3;
                     uint _e30 = p.o;
-                    if ((row0_ + _e26) < _e30) {
+                    if ((row0_1 + _e26) < _e30) {
                         uint _e32 = r_3;
                         uint _e35 = c_2;
                         metal::uint4 _e39 = load16_(base_1 + (16u * _e35), base_1 + rb_2, wq, _buffer_sizes);
-                        v_3.inner[metal::min(unsigned(_e32), 3u)] = _e39;
+                        v_4.inner[metal::min(unsigned(_e32), 3u)] = _e39;
                     }
                 }
             }
@@ -425,7 +638,7 @@ void partial(
                 }
                 {
                     uint _e51 = r_4;
-                    uint row_1 = row0_ + _e51;
+                    uint row_1 = row0_1 + _e51;
                     uint _e55 = p.o;
                     if (row_1 < _e55) {
                         k_5 = 0u;
@@ -444,7 +657,7 @@ void partial(
                             {
                                 uint _e62 = r_4;
                                 uint _e64 = k_5;
-                                uint w_6 = v_3.inner[metal::min(unsigned(_e62), 3u)][metal::min(unsigned(_e64), 3u)];
+                                uint w_6 = v_4.inner[metal::min(unsigned(_e62), 3u)][metal::min(unsigned(_e64), 3u)];
                                 uint _e67 = r_4;
                                 uint _e69 = nan.inner[metal::min(unsigned(_e67), 3u)];
                                 nan.inner[metal::min(unsigned(_e67), 3u)] = _e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u);
@@ -509,17 +722,17 @@ metal::uint4 e4m3_bits(
 }
 
 metal::float4 e4m3_mag(
-    metal::uint4 v_4
+    metal::uint4 v_5
 ) {
-    return as_type<metal::float4>((v_4 & metal::uint4(133169152u)) | metal::uint4(1073741824u));
+    return as_type<metal::float4>((v_5 & metal::uint4(133169152u)) | metal::uint4(1073741824u));
 }
 
 metal::float4 e4m3_signed(
-    metal::uint4 v_5,
+    metal::uint4 v_6,
     metal::float4 f
 ) {
-    metal::float4 m_2 = metal::min(f, (2.0 * f) - metal::float4(4.0));
-    return as_type<metal::float4>(as_type<metal::uint4>(m_2) | (v_5 & metal::uint4(2147483648u)));
+    metal::float4 m_4 = metal::min(f, (2.0 * f) - metal::float4(4.0));
+    return as_type<metal::float4>(as_type<metal::uint4>(m_4) | (v_6 & metal::uint4(2147483648u)));
 }
 
 float f8row(
@@ -581,7 +794,7 @@ metal::float4 partial1_h(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a = metal::float4(0.0);
+    metal::float4 a_3 = metal::float4(0.0);
     uint n0_ = 0u;
     uint n1_ = 0u;
     uint n2_ = 0u;
@@ -631,10 +844,10 @@ metal::float4 partial1_h(
             float _e74 = f8row_h(_e31.v2_, x0_2, x1_2, x2_2, x3_2, n2_);
             float _e76 = f8row_h(_e31.v3_, x0_2, x1_2, x2_2, x3_2, n3_);
             metal::float4 f_1 = metal::float4(_e70, _e72, _e74, _e76);
-            metal::float4 _e78 = a;
+            metal::float4 _e78 = a_3;
             float _e79 = d_3;
             float _e80 = scaled(_e79);
-            a = _e78 + (_e80 * f_1);
+            a_3 = _e78 + (_e80 * f_1);
         }
     }
     uint _e86 = n0_;
@@ -644,12 +857,12 @@ metal::float4 partial1_h(
     metal::bool4 nan_2 = (metal::uint4(_e86, _e87, _e88, _e89) & metal::uint4(2155905152u)) != metal::uint4(0u);
     uint _e100 = p.reserved0_;
     float qnan = as_type<float>(2143289344u + (_e100 * 0u));
-    metal::float4 _e105 = a;
+    metal::float4 _e105 = a_3;
     return metal::select(_e105 * 256.0, metal::float4(qnan), nan_2);
 }
 
 metal::float4 partial1_(
-    uint row0_1,
+    uint row0_2,
     uint lid_3,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -657,7 +870,7 @@ metal::float4 partial1_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_1 = metal::float4(0.0);
+    metal::float4 a_4 = metal::float4(0.0);
     metal::float4 m0_ = metal::float4(0.0);
     metal::float4 m1_ = metal::float4(0.0);
     metal::float4 m2_ = metal::float4(0.0);
@@ -668,14 +881,14 @@ metal::float4 partial1_(
     uint nch_2 = naga_div(rb_4 + 15u, 16u);
     uint tpr_2 = p.sc_row;
     uint _e14 = p.o;
-    uint last = _e14 - 1u;
-    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint last_1 = _e14 - 1u;
+    metal::uint4 rr_1 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     uint _e29 = p.reserved1_;
     if (_e29 != 1u) {
         metal::float4 _e32 = partial1_h(rr_1, lid_3, wq, sc, xv, p, _buffer_sizes);
         return _e32;
     }
-    uint band_1 = naga_div(row0_1, 128u) * tpr_2;
+    uint band_1 = naga_div(row0_2, 128u) * tpr_2;
     c_4 = lid_3;
     bool loop_init_9 = true;
     while(true) {
@@ -715,10 +928,10 @@ metal::float4 partial1_(
             float _e98 = f8row(_e55.v2_, x0_3, x1_3, x2_3, x3_3, m2_);
             float _e100 = f8row(_e55.v3_, x0_3, x1_3, x2_3, x3_3, m3_);
             metal::float4 f_2 = metal::float4(_e94, _e96, _e98, _e100);
-            metal::float4 _e102 = a_1;
+            metal::float4 _e102 = a_4;
             float _e103 = d_4;
             float _e104 = scaled(_e103);
-            a_1 = _e102 + (_e104 * f_2);
+            a_4 = _e102 + (_e104 * f_2);
         }
     }
     metal::float4 lim = metal::float4(114688.0);
@@ -729,8 +942,102 @@ metal::float4 partial1_(
     metal::bool4 nan_3 = metal::bool4(metal::any(_e112 > lim), metal::any(_e115 > lim), metal::any(_e118 > lim), metal::any(_e121 > lim));
     uint _e128 = p.reserved0_;
     float qnan_1 = as_type<float>(2143289344u + (_e128 * 0u));
-    metal::float4 _e133 = a_1;
+    metal::float4 _e133 = a_4;
     return metal::select(_e133 * 0.00390625, metal::float4(qnan_1), nan_3);
+}
+
+bool fastb(
+) {
+    return true;
+}
+
+AccB partialb(
+    uint row0_3,
+    uint lid_4,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    AccB a_5 = {};
+    metal::uint4 n_1 = metal::uint4(0u);
+    uint c_5 = {};
+    float d_5 = {};
+    uint k_6 = {};
+    uint rb_5 = p.row_bytes;
+    uint nch_3 = naga_div(rb_5 + 15u, 16u);
+    uint tpr_3 = p.sc_row;
+    metal::uint4 _e12 = rows_b(row0_3, p);
+    uint band_2 = naga_div(_e12.x, 128u) * tpr_3;
+    c_5 = lid_4;
+    bool loop_init_10 = true;
+    while(true) {
+        if (!loop_init_10) {
+            uint _e99 = c_5;
+            c_5 = _e99 + WG;
+        }
+        loop_init_10 = false;
+        uint _e22 = c_5;
+        if (_e22 < nch_3) {
+        } else {
+            break;
+        }
+        {
+            uint _e24 = c_5;
+            Rows4_ _e25 = rows4_(_e12, _e24, rb_5, wq, _buffer_sizes);
+            uint _e27 = c_5;
+            uint _e31 = group(naga_div(16u * _e27, 128u), tpr_3);
+            uint tk_3 = band_2 + _e31;
+            d_5 = float {};
+            if (false) {
+                uint _e39 = scale_byte(tk_3, sc, _buffer_sizes);
+                float _e40 = ue8m0_(_e39, p);
+                d_5 = _e40;
+            } else {
+                float _e41 = scale_f32_(tk_3, sc, _buffer_sizes);
+                d_5 = _e41;
+            }
+            float _e42 = d_5;
+            float _e43 = scaled(_e42);
+            float ds = _e43 * 256.0;
+            k_6 = 0u;
+            bool loop_init_11 = true;
+            while(true) {
+                if (!loop_init_11) {
+                    uint _e97 = k_6;
+                    k_6 = _e97 + 1u;
+                }
+                loop_init_11 = false;
+                uint _e48 = k_6;
+                if (_e48 < 4u) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e52 = k_6;
+                    uint _e55 = k_6;
+                    uint _e58 = k_6;
+                    uint _e61 = k_6;
+                    metal::uint4 w_7 = metal::uint4(_e25.v0_[metal::min(unsigned(_e52), 3u)], _e25.v1_[metal::min(unsigned(_e55), 3u)], _e25.v2_[metal::min(unsigned(_e58), 3u)], _e25.v3_[metal::min(unsigned(_e61), 3u)]);
+                    metal::uint4 _e64 = n_1;
+                    n_1 = _e64 | ((w_7 & metal::uint4(2139062143u)) + metal::uint4(16843009u));
+                    metal::float4 _e73 = e4m3_h(w_7.x);
+                    metal::float4 _e77 = e4m3_h(w_7.y);
+                    metal::float4 _e81 = e4m3_h(w_7.z);
+                    metal::float4 _e85 = e4m3_h(w_7.w);
+                    Q4_ q_5 = Q4_ {ds * _e73.xzyw, ds * _e77.xzyw, ds * _e81.xzyw, ds * _e85.xzyw};
+                    uint _e90 = c_5;
+                    uint _e93 = k_6;
+                    accb(a_5, q_5, (16u * _e90) + (4u * _e93), xv, p, _buffer_sizes);
+                }
+            }
+        }
+    }
+    AccB _e102 = a_5;
+    metal::uint4 _e103 = n_1;
+    AccB _e110 = poisonb(_e102, (_e103 & metal::uint4(2155905152u)) != metal::uint4(0u), p);
+    return _e110;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -751,7 +1058,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_15& red
+, threadgroup type_16& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -762,104 +1069,213 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
+    float v = {};
+    uint m_1 = {};
+    bool local_3 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
+    uint row0_4 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_2 >= _e15) {
+    if (row0_4 >= _e15) {
         return;
     }
-    if (true) {
-        bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        metal::float4 _e31 = partial1_(row0_2, lid, wq, sc, xv, p, _buffer_sizes);
-        metal::float4 unnamed = metal::simd_sum(_e31);
+    bool _e28 = local;
+    if (_e28) {
+        bool _e31 = fastb();
+        local_1 = _e31;
+    } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        AccB _e34 = partialb(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        bool loop_init_12 = true;
+        while(true) {
+            if (!loop_init_12) {
+                uint _e152 = j;
+                j = _e152 + 1u;
+            }
+            loop_init_12 = false;
+            uint _e37 = j;
+            if (_e37 < 1u) {
+            } else {
+                break;
+            }
+            {
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e102 = m;
+                        m = _e102 + 1u;
+                    }
+                    loop_init_13 = false;
+                    uint _e47 = m;
+                    if (_e47 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        metal::float4 _e55 = accb_at(_e34, (4u * _e51) + _e53);
+                        metal::float4 unnamed = metal::simd_sum(_e55);
+                        if (sgi == 0u) {
+                            uint _e61 = m;
+                            red.inner[metal::min(unsigned(((4u * _e61) * 32u) + sgid), 511u)] = unnamed.x;
+                            uint _e70 = m;
+                            red.inner[metal::min(unsigned((((4u * _e70) + 1u) * 32u) + sgid), 511u)] = unnamed.y;
+                            uint _e81 = m;
+                            red.inner[metal::min(unsigned((((4u * _e81) + 2u) * 32u) + sgid), 511u)] = unnamed.z;
+                            uint _e92 = m;
+                            red.inner[metal::min(unsigned((((4u * _e92) + 3u) * 32u) + sgid), 511u)] = unnamed.w;
+                        }
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+                uint _e105 = j;
+                uint s_5 = (4u * _e105) + (lid >> 2u);
+                uint row_2 = row0_4 + (lid & 3u);
+                if (lid < 16u) {
+                    local_2 = s_5 < S;
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_14 = true;
+                    while(true) {
+                        if (!loop_init_14) {
+                            uint _e137 = m_1;
+                            m_1 = _e137 + 1u;
+                        }
+                        loop_init_14 = false;
+                        uint _e125 = m_1;
+                        if (_e125 < nsg) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red.inner[metal::min(unsigned((lid * 32u) + _e131), 511u)];
+                            v = _e127 + _e134;
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if (row_2 < _e141) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y[metal::min(unsigned((s_5 * _e146) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+            }
+        }
+        return;
+    }
+    if (true) {
+        bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        metal::float4 _e168 = partial1_(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        metal::float4 unnamed_1 = metal::simd_sum(_e168);
         if (sgi == 0u) {
-            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
-            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
-            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
-            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed_1.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed_1.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed_1.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed_1.w;
         }
     } else {
-        bool loop_init_10 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e71 = k;
-                k = _e71 + 1u;
+            if (!loop_init_15) {
+                uint _e208 = k;
+                k = _e208 + 1u;
             }
-            loop_init_10 = false;
-            uint _e55 = k;
-            if (_e55 < 16u) {
+            loop_init_15 = false;
+            uint _e192 = k;
+            if (_e192 < 16u) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+                uint _e196 = k;
+                acc.inner[metal::min(unsigned(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t.inner[metal::min(unsigned(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u.inner[metal::min(unsigned(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_11 = true;
+        partial(row0_4, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_11) {
-                uint _e91 = k_1;
-                k_1 = _e91 + 1u;
+            if (!loop_init_16) {
+                uint _e228 = k_1;
+                k_1 = _e228 + 1u;
             }
-            loop_init_11 = false;
-            uint _e75 = k_1;
-            if (_e75 < 4u) {
+            loop_init_16 = false;
+            uint _e212 = k_1;
+            if (_e212 < 4u) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                float unnamed_1 = metal::simd_sum(_e80);
+                uint _e215 = k_1;
+                float _e217 = acc.inner[metal::min(unsigned(_e215), 15u)];
+                float unnamed_2 = metal::simd_sum(_e217);
                 if (sgi == 0u) {
-                    uint _e85 = k_1;
-                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                    uint _e222 = k_1;
+                    red.inner[metal::min(unsigned((_e222 * 32u) + sgid), 511u)] = unnamed_2;
                 }
             }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_12 = true;
+        bool loop_init_17 = true;
         while(true) {
-            if (!loop_init_12) {
-                uint _e110 = m;
-                m = _e110 + 1u;
+            if (!loop_init_17) {
+                uint _e247 = m_2;
+                m_2 = _e247 + 1u;
             }
-            loop_init_12 = false;
-            uint _e98 = m;
-            if (_e98 < nsg) {
+            loop_init_17 = false;
+            uint _e235 = m_2;
+            if (_e235 < nsg) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
-                v = _e100 + _e107;
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red.inner[metal::min(unsigned((lid * 32u) + _e241), 511u)];
+                v_1 = _e237 + _e244;
             }
         }
-        uint row_2 = row0_2 + naga_div(lid, S);
-        uint _e117 = p.o;
-        if (row_2 < _e117) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e128;
+        uint row_3 = row0_4 + naga_div(lid, S);
+        uint _e254 = p.o;
+        if (row_3 < _e254) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e261) + row_3), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e265;
             return;
         } else {
             return;

@@ -31,6 +31,24 @@ typedef float type_6[1];
 struct type_7 {
     float inner[16];
 };
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
 struct type_11 {
     float inner[2048];
 };
@@ -88,9 +106,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_1
+    metal::uint4 v
 ) {
-    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 ggml_nib(
@@ -131,10 +149,10 @@ metal::float4 f16v(
 ) {
     metal::uint4 sign = (h & metal::uint4(32768u)) << metal::uint4(16u);
     metal::uint4 e_1 = (h >> metal::uint4(10u)) & metal::uint4(31u);
-    metal::uint4 m_7 = h & metal::uint4(1023u);
-    metal::float4 normal = as_type<metal::float4>((sign | ((e_1 + metal::uint4(112u)) << metal::uint4(23u))) | (m_7 << metal::uint4(13u)));
-    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_7 << metal::uint4(13u)));
-    metal::float4 _e36 = u2f(m_7);
+    metal::uint4 m_8 = h & metal::uint4(1023u);
+    metal::float4 normal = as_type<metal::float4>((sign | ((e_1 + metal::uint4(112u)) << metal::uint4(23u))) | (m_8 << metal::uint4(13u)));
+    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_8 << metal::uint4(13u)));
+    metal::float4 _e36 = u2f(m_8);
     metal::float4 sub = as_type<metal::float4>(as_type<metal::uint4>(_e36 * 0.000000059604645) | sign);
     return metal::select(metal::select(normal, special, e_1 == metal::uint4(31u)), sub, e_1 == metal::uint4(0u));
 }
@@ -291,6 +309,62 @@ void fold_affine(
     return;
 }
 
+metal::float4 accb_at(
+    AccB a,
+    uint s_5
+) {
+    switch(s_5) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
+}
+
 metal::float4 iq4nl(
     metal::uint4 n_1
 ) {
@@ -304,19 +378,19 @@ metal::float4 iq4nl(
 
 metal::uint2 scale_min_k4_(
     uint q_2,
-    uint j,
+    uint j_1,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    if (j < 4u) {
-        uint _e5 = byte_at(q_2 + j, wq, _buffer_sizes);
-        uint _e11 = byte_at((q_2 + j) + 4u, wq, _buffer_sizes);
+    if (j_1 < 4u) {
+        uint _e5 = byte_at(q_2 + j_1, wq, _buffer_sizes);
+        uint _e11 = byte_at((q_2 + j_1) + 4u, wq, _buffer_sizes);
         return metal::uint2(_e5 & 63u, _e11 & 63u);
     }
-    uint _e18 = byte_at((q_2 + j) + 4u, wq, _buffer_sizes);
-    uint _e24 = byte_at((q_2 + j) - 4u, wq, _buffer_sizes);
-    uint _e33 = byte_at((q_2 + j) + 4u, wq, _buffer_sizes);
-    uint _e37 = byte_at(q_2 + j, wq, _buffer_sizes);
+    uint _e18 = byte_at((q_2 + j_1) + 4u, wq, _buffer_sizes);
+    uint _e24 = byte_at((q_2 + j_1) - 4u, wq, _buffer_sizes);
+    uint _e33 = byte_at((q_2 + j_1) + 4u, wq, _buffer_sizes);
+    uint _e37 = byte_at(q_2 + j_1, wq, _buffer_sizes);
     return metal::uint2((_e18 & 15u) | ((_e24 >> 6u) << 4u), (_e33 >> 4u) | ((_e37 >> 6u) << 4u));
 }
 
@@ -363,18 +437,18 @@ void k_part(
     thread type_7& u,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint s_5 = 0u;
-    uint m_2 = {};
     uint s_6 = 0u;
-    uint m_3 = {};
+    uint m_1 = {};
+    uint s_7 = 0u;
+    uint m_2 = {};
     uint hi = 0u;
-    uint m_4 = {};
+    uint m_3 = {};
     metal::uint4 q_4 = {};
     uint t2_ = 0u;
     uint half_ = {};
-    uint m_5 = {};
+    uint m_4 = {};
     uint e = 0u;
-    uint m_6 = {};
+    uint m_5 = {};
     switch(KIND) {
         case 0u: {
             uint h_1 = naga_div(c, 2u);
@@ -384,41 +458,41 @@ void k_part(
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e83 = s_5;
-                    s_5 = _e83 + 1u;
+                    uint _e83 = s_6;
+                    s_6 = _e83 + 1u;
                 }
                 loop_init_4 = false;
-                uint _e15 = s_5;
+                uint _e15 = s_6;
                 if (_e15 < 4u) {
                 } else {
                     break;
                 }
                 {
-                    m_2 = 0u;
+                    m_1 = 0u;
                     bool loop_init_5 = true;
                     while(true) {
                         if (!loop_init_5) {
-                            uint _e57 = m_2;
-                            m_2 = _e57 + 1u;
+                            uint _e57 = m_1;
+                            m_1 = _e57 + 1u;
                         }
                         loop_init_5 = false;
-                        uint _e20 = m_2;
+                        uint _e20 = m_1;
                         if (_e20 < 4u) {
                         } else {
                             break;
                         }
                         {
-                            uint _e32 = m_2;
+                            uint _e32 = m_1;
                             uint _e35 = bytes4_((((base + 16u) + (32u * h_1)) + (16u * k_5)) + (4u * _e32), wq, _buffer_sizes);
-                            uint _e40 = s_5;
-                            uint _e47 = m_2;
-                            uint _e51 = s_5;
+                            uint _e40 = s_6;
+                            uint _e47 = m_1;
+                            uint _e51 = s_6;
                             metal::uint4 _e54 = fields(_e35, 2u * _e51, 3u);
                             metal::float4 _e55 = u2f(_e54);
                             tdot_sum((((i0_ + (128u * h_1)) + (32u * _e40)) + (16u * k_5)) + (4u * _e47), _e55, xv, p, t, u, _buffer_sizes);
                         }
                     }
-                    uint _e62 = s_5;
+                    uint _e62 = s_6;
                     uint _e67 = group(((8u * h_1) + (2u * _e62)) + k_5, 16u);
                     uint _e69 = byte_at(base + _e67, wq, _buffer_sizes);
                     float _e71 = scaled(_e12.x);
@@ -435,46 +509,46 @@ void k_part(
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e178 = s_6;
-                    s_6 = _e178 + 1u;
+                    uint _e178 = s_7;
+                    s_7 = _e178 + 1u;
                 }
                 loop_init_6 = false;
-                uint _e95 = s_6;
+                uint _e95 = s_7;
                 if (_e95 < 4u) {
                 } else {
                     break;
                 }
                 {
-                    m_3 = 0u;
+                    m_2 = 0u;
                     bool loop_init_7 = true;
                     while(true) {
                         if (!loop_init_7) {
-                            uint _e158 = m_3;
-                            m_3 = _e158 + 1u;
+                            uint _e158 = m_2;
+                            m_2 = _e158 + 1u;
                         }
                         loop_init_7 = false;
-                        uint _e100 = m_3;
+                        uint _e100 = m_2;
                         if (_e100 < 4u) {
                         } else {
                             break;
                         }
                         {
-                            uint _e112 = m_3;
+                            uint _e112 = m_2;
                             uint _e115 = bytes4_((((base + 32u) + (32u * h_2)) + (16u * k_6)) + (4u * _e112), wq, _buffer_sizes);
-                            uint _e120 = m_3;
+                            uint _e120 = m_2;
                             uint _e123 = bytes4_((base + (16u * k_6)) + (4u * _e120), wq, _buffer_sizes);
-                            uint _e125 = s_6;
+                            uint _e125 = s_7;
                             metal::uint4 _e128 = fields(_e115, 2u * _e125, 3u);
-                            uint _e131 = s_6;
+                            uint _e131 = s_7;
                             metal::uint4 _e134 = fields(_e123, (4u * h_2) + _e131, 1u);
                             metal::uint4 q_5 = _e128 + (_e134 * metal::uint4(4u));
-                            uint _e143 = s_6;
-                            uint _e150 = m_3;
+                            uint _e143 = s_7;
+                            uint _e150 = m_2;
                             metal::float4 _e153 = u2f(q_5);
                             tdot((((i0_ + (128u * h_2)) + (32u * _e143)) + (16u * k_6)) + (4u * _e150), _e153 - metal::float4(4.0), xv, p, t, _buffer_sizes);
                         }
                     }
-                    uint _e165 = s_6;
+                    uint _e165 = s_7;
                     uint _e170 = group(((8u * h_2) + (2u * _e165)) + k_6, 16u);
                     uint _e171 = q3_scale(base + 96u, _e170, wq, _buffer_sizes);
                     float _e172 = scaled(_e92);
@@ -501,35 +575,35 @@ void k_part(
                     break;
                 }
                 {
-                    m_4 = 0u;
+                    m_3 = 0u;
                     bool loop_init_9 = true;
                     while(true) {
                         if (!loop_init_9) {
-                            uint _e249 = m_4;
-                            m_4 = _e249 + 1u;
+                            uint _e249 = m_3;
+                            m_3 = _e249 + 1u;
                         }
                         loop_init_9 = false;
-                        uint _e197 = m_4;
+                        uint _e197 = m_3;
                         if (_e197 < 8u) {
                         } else {
                             break;
                         }
                         {
-                            uint _e204 = m_4;
+                            uint _e204 = m_3;
                             uint _e207 = bytes4_((qs + (32u * c)) + (4u * _e204), wq, _buffer_sizes);
                             uint _e208 = hi;
                             metal::uint4 _e211 = ggml_nib(_e207, _e208 == 1u);
                             q_4 = _e211;
                             if (false) {
                                 metal::uint4 _e217 = q_4;
-                                uint _e221 = m_4;
+                                uint _e221 = m_3;
                                 uint _e224 = bytes4_((base + 16u) + (4u * _e221), wq, _buffer_sizes);
                                 uint _e227 = hi;
                                 metal::uint4 _e230 = fields(_e224, (2u * c) + _e227, 1u);
                                 q_4 = _e217 | (_e230 << metal::uint4(4u));
                             }
                             uint _e239 = hi;
-                            uint _e243 = m_4;
+                            uint _e243 = m_3;
                             metal::uint4 _e246 = q_4;
                             metal::float4 _e247 = u2f(_e246);
                             tdot_sum(((i0_ + (64u * c)) + (32u * _e239)) + (4u * _e243), _e247, xv, p, t, u, _buffer_sizes);
@@ -563,7 +637,7 @@ void k_part(
                 }
                 {
                     uint _e287 = t2_;
-                    uint s_7 = k2_ + (2u * _e287);
+                    uint s_9 = k2_ + (2u * _e287);
                     half_ = 0u;
                     bool loop_init_11 = true;
                     while(true) {
@@ -578,35 +652,35 @@ void k_part(
                             break;
                         }
                         {
-                            m_5 = 0u;
+                            m_4 = 0u;
                             bool loop_init_12 = true;
                             while(true) {
                                 if (!loop_init_12) {
-                                    uint _e346 = m_5;
-                                    m_5 = _e346 + 1u;
+                                    uint _e346 = m_4;
+                                    m_4 = _e346 + 1u;
                                 }
                                 loop_init_12 = false;
-                                uint _e297 = m_5;
+                                uint _e297 = m_4;
                                 if (_e297 < 4u) {
                                 } else {
                                     break;
                                 }
                                 {
                                     uint _e301 = half_;
-                                    uint _e304 = m_5;
+                                    uint _e304 = m_4;
                                     uint l = (16u * _e301) + (4u * _e304);
                                     uint _e314 = bytes4_(((base + (64u * h_3)) + (32u * k2_)) + l, wq, _buffer_sizes);
                                     uint _e321 = bytes4_(((base + 128u) + (32u * h_3)) + l, wq, _buffer_sizes);
                                     uint _e322 = t2_;
                                     metal::uint4 _e325 = ggml_nib(_e314, _e322 == 1u);
-                                    metal::uint4 _e329 = fields(_e321, 2u * s_7, 3u);
+                                    metal::uint4 _e329 = fields(_e321, 2u * s_9, 3u);
                                     metal::uint4 q_6 = _e325 | (_e329 << metal::uint4(4u));
                                     metal::float4 _e341 = u2f(q_6);
-                                    tdot(((i0_ + (128u * h_3)) + (32u * s_7)) + l, _e341 - metal::float4(32.0), xv, p, t, _buffer_sizes);
+                                    tdot(((i0_ + (128u * h_3)) + (32u * s_9)) + l, _e341 - metal::float4(32.0), xv, p, t, _buffer_sizes);
                                 }
                             }
                             uint _e355 = half_;
-                            uint _e358 = group(((8u * h_3) + (2u * s_7)) + _e355, 16u);
+                            uint _e358 = group(((8u * h_3) + (2u * s_9)) + _e355, 16u);
                             uint _e360 = byte_at((base + 192u) + _e358, wq, _buffer_sizes);
                             int sc = as_type<int>(_e360 << 24u) >> 24u;
                             float _e366 = scaled(_e280);
@@ -636,27 +710,27 @@ void k_part(
                 {
                     uint _e386 = e;
                     uint ib = (2u * c) + _e386;
-                    m_6 = 0u;
+                    m_5 = 0u;
                     bool loop_init_14 = true;
                     while(true) {
                         if (!loop_init_14) {
-                            uint _e426 = m_6;
-                            m_6 = _e426 + 1u;
+                            uint _e426 = m_5;
+                            m_5 = _e426 + 1u;
                         }
                         loop_init_14 = false;
-                        uint _e390 = m_6;
+                        uint _e390 = m_5;
                         if (_e390 < 4u) {
                         } else {
                             break;
                         }
                         {
-                            uint _e399 = m_6;
+                            uint _e399 = m_5;
                             uint _e402 = bytes4_(((base + 8u) + (16u * ib)) + (4u * _e399), wq, _buffer_sizes);
-                            uint _e407 = m_6;
+                            uint _e407 = m_5;
                             metal::uint4 _e411 = ggml_nib(_e402, false);
                             metal::float4 _e412 = iq4nl(_e411);
                             tdot((i0_ + (32u * ib)) + (4u * _e407), _e412, xv, p, t, _buffer_sizes);
-                            uint _e419 = m_6;
+                            uint _e419 = m_5;
                             metal::uint4 _e423 = ggml_nib(_e402, true);
                             metal::float4 _e424 = iq4nl(_e423);
                             tdot(((i0_ + (32u * ib)) + 16u) + (4u * _e419), _e424, xv, p, t, _buffer_sizes);
@@ -685,27 +759,27 @@ void partial(
     thread type_7& u,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint j_1 = {};
+    uint j_2 = {};
     uint r_3 = {};
     uint rb = p.row_bytes;
     uint _e7 = p.i;
     uint nb = naga_div(_e7, 256u);
     uint bb = naga_div(rb, nb);
-    j_1 = lid_1;
+    j_2 = lid_1;
     bool loop_init_15 = true;
     while(true) {
         if (!loop_init_15) {
-            uint _e44 = j_1;
-            j_1 = _e44 + WG;
+            uint _e44 = j_2;
+            j_2 = _e44 + WG;
         }
         loop_init_15 = false;
-        uint _e12 = j_1;
+        uint _e12 = j_2;
         if (_e12 < (4u * nb)) {
         } else {
             break;
         }
         {
-            uint _e16 = j_1;
+            uint _e16 = j_2;
             uint b_2 = naga_div(_e16, 4u);
             r_3 = 0u;
             bool loop_init_16 = true;
@@ -726,7 +800,7 @@ void partial(
                     if ((row0_ + _e24) < _e28) {
                         uint _e30 = r_3;
                         uint _e31 = r_3;
-                        uint _e36 = j_1;
+                        uint _e36 = j_2;
                         k_part(_e30, ((row0_ + _e31) * rb) + (bb * b_2), naga_mod(_e36, 4u), 256u * b_2, wq, xv, p, acc, t, u, _buffer_sizes);
                     }
                 }
@@ -746,6 +820,100 @@ metal::float4 partial1_(
     uint lid_2
 ) {
     return metal::float4(0.0);
+}
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_2,
+    uint lid_3
+) {
+    AccB a_1 = {};
+    AccB _e3 = a_1;
+    return _e3;
+}
+
+void reduce16_(
+    uint lid_4,
+    uint n_2,
+    uint row,
+    uint s_8,
+    bool keep,
+    device type_6& y,
+    constant Params& p,
+    threadgroup type_11& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_6 = 0u;
+    float v_1 = 0.0;
+    uint m_7 = 0u;
+    bool local_3 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_4 >> 3u;
+    if (kk < n_2) {
+        bool loop_init_17 = true;
+        while(true) {
+            if (!loop_init_17) {
+                uint _e30 = m_6;
+                m_6 = _e30 + 1u;
+            }
+            loop_init_17 = false;
+            uint _e12 = m_6;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_6;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_4), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_4 < n_2) {
+        bool loop_init_18 = true;
+        while(true) {
+            if (!loop_init_18) {
+                uint _e53 = m_7;
+                m_7 = _e53 + 1u;
+            }
+            loop_init_18 = false;
+            uint _e40 = m_7;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_1;
+                uint _e47 = m_7;
+                float _e50 = red.inner[metal::min(unsigned((lid_4 * 8u) + _e47), 2047u)];
+                v_1 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_3 = row < _e59;
+        } else {
+            local_3 = false;
+        }
+        bool _e62 = local_3;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_1;
+            y[metal::min(unsigned((s_8 * _e66) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
 }
 
 struct main_Input {
@@ -769,131 +937,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_3 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_17 = true;
-        while(true) {
-            if (!loop_init_17) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_17 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-        bool loop_init_18 = true;
-        while(true) {
-            if (!loop_init_18) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_18 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_3, lid);
         bool loop_init_19 = true;
         while(true) {
             if (!loop_init_19) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
             loop_init_19 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_20 = true;
+                while(true) {
+                    if (!loop_init_20) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_20 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_10 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_3 + (lid & 3u), s_10, s_10 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_20 = true;
-        while(true) {
-            if (!loop_init_20) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_20 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_3, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_21 = true;
+        while(true) {
+            if (!loop_init_21) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_21 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        bool loop_init_22 = true;
+        while(true) {
+            if (!loop_init_22) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_22 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_3 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

@@ -31,6 +31,24 @@ typedef float type_6[1];
 struct type_7 {
     float inner[16];
 };
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
 struct type_10 {
     float inner[2048];
 };
@@ -79,9 +97,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_1
+    metal::uint4 v
 ) {
-    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 ggml_nib(
@@ -122,10 +140,10 @@ metal::float4 f16v(
 ) {
     metal::uint4 sign = (h & metal::uint4(32768u)) << metal::uint4(16u);
     metal::uint4 e = (h >> metal::uint4(10u)) & metal::uint4(31u);
-    metal::uint4 m_2 = h & metal::uint4(1023u);
-    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_2 << metal::uint4(13u)));
-    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_2 << metal::uint4(13u)));
-    metal::float4 _e36 = u2f(m_2);
+    metal::uint4 m_3 = h & metal::uint4(1023u);
+    metal::float4 normal = as_type<metal::float4>((sign | ((e + metal::uint4(112u)) << metal::uint4(23u))) | (m_3 << metal::uint4(13u)));
+    metal::float4 special = as_type<metal::float4>((sign | metal::uint4(2139095040u)) | (m_3 << metal::uint4(13u)));
+    metal::float4 _e36 = u2f(m_3);
     metal::float4 sub = as_type<metal::float4>(as_type<metal::uint4>(_e36 * 0.000000059604645) | sign);
     return metal::select(metal::select(normal, special, e == metal::uint4(31u)), sub, e == metal::uint4(0u));
 }
@@ -286,11 +304,67 @@ metal::float4 e2m1v(
     metal::uint4 n_1
 ) {
     metal::uint4 e_1 = (n_1 >> metal::uint4(1u)) & metal::uint4(3u);
-    metal::uint4 m_3 = n_1 & metal::uint4(1u);
-    metal::float4 normal_1 = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_3 << metal::uint4(22u)));
-    metal::float4 _e21 = u2f(m_3);
+    metal::uint4 m_4 = n_1 & metal::uint4(1u);
+    metal::float4 normal_1 = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_4 << metal::uint4(22u)));
+    metal::float4 _e21 = u2f(m_4);
     metal::float4 mag = metal::select(normal_1, _e21 * 0.5, e_1 == metal::uint4(0u));
     return metal::select(mag, -(mag), (n_1 & metal::uint4(8u)) != metal::uint4(0u));
+}
+
+metal::float4 accb_at(
+    AccB a,
+    uint s_5
+) {
+    switch(s_5) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
 }
 
 metal::float4 iq4nl(
@@ -343,7 +417,7 @@ void q_block(
     uint k_4 = 0u;
     uint hi = {};
     metal::uint4 n_3 = {};
-    bool local_1 = {};
+    bool local_3 = {};
     float d_3 = {};
     uint _e4 = bytes4_(hbase, wq, _buffer_sizes);
     if (true) {
@@ -418,18 +492,18 @@ void q_block(
                     n_3 = _e73;
                     uint _e76 = hi;
                     uint _e79 = k_4;
-                    uint j = (16u * _e76) + (4u * _e79);
-                    uint i_3 = i0_ + j;
+                    uint j_1 = (16u * _e76) + (4u * _e79);
+                    uint i_3 = i0_ + j_1;
                     if (true) {
-                        local_1 = false;
+                        local_3 = false;
                     } else {
-                        local_1 = true;
+                        local_3 = true;
                     }
-                    bool _e95 = local_1;
+                    bool _e95 = local_3;
                     if (_e95) {
                         metal::uint4 _e96 = n_3;
                         uint _e97 = qh;
-                        n_3 = _e96 | (((metal::uint4(_e97) >> metal::uint4(j, j + 1u, j + 2u, j + 3u)) & metal::uint4(1u)) << metal::uint4(4u));
+                        n_3 = _e96 | (((metal::uint4(_e97) >> metal::uint4(j_1, j_1 + 1u, j_1 + 2u, j_1 + 3u)) & metal::uint4(1u)) << metal::uint4(4u));
                     }
                     switch(KIND) {
                         case 1u: {
@@ -549,13 +623,13 @@ void partial(
                     uint _e23 = p.o;
                     if ((row0_ + _e19) < _e23) {
                         uint _e25 = r_3;
-                        uint row = (row0_ + _e25) * rb;
+                        uint row_1 = (row0_ + _e25) * rb;
                         uint _e28 = r_3;
                         uint _e29 = b_1;
                         uint _e32 = b_1;
                         uint _e33 = group(_e32, nb);
                         uint _e37 = b_1;
-                        q_block(_e28, row + (bb * _e29), row + (bb * _e33), 32u * _e37, wq, xv, p, acc, t, u, _buffer_sizes);
+                        q_block(_e28, row_1 + (bb * _e29), row_1 + (bb * _e33), 32u * _e37, wq, xv, p, acc, t, u, _buffer_sizes);
                     }
                 }
             }
@@ -574,6 +648,100 @@ metal::float4 partial1_(
     uint lid_2
 ) {
     return metal::float4(0.0);
+}
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_2,
+    uint lid_3
+) {
+    AccB a_1 = {};
+    AccB _e3 = a_1;
+    return _e3;
+}
+
+void reduce16_(
+    uint lid_4,
+    uint n_4,
+    uint row,
+    uint s_6,
+    bool keep,
+    device type_6& y,
+    constant Params& p,
+    threadgroup type_10& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_1 = 0u;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
+    bool local_4 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_4 >> 3u;
+    if (kk < n_4) {
+        bool loop_init_9 = true;
+        while(true) {
+            if (!loop_init_9) {
+                uint _e30 = m_1;
+                m_1 = _e30 + 1u;
+            }
+            loop_init_9 = false;
+            uint _e12 = m_1;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_1;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_4), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_4 < n_4) {
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e53 = m_2;
+                m_2 = _e53 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e40 = m_2;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_1;
+                uint _e47 = m_2;
+                float _e50 = red.inner[metal::min(unsigned((lid_4 * 8u) + _e47), 2047u)];
+                v_1 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_4 = row < _e59;
+        } else {
+            local_4 = false;
+        }
+        bool _e62 = local_4;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_1;
+            y[metal::min(unsigned((s_6 * _e66) + row), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -601,131 +769,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_3 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_9 = true;
-        while(true) {
-            if (!loop_init_9) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_9 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, xv, p, acc, t, u, _buffer_sizes);
-        bool loop_init_10 = true;
-        while(true) {
-            if (!loop_init_10) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_10 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_3, lid);
         bool loop_init_11 = true;
         while(true) {
             if (!loop_init_11) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
             loop_init_11 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_12 = true;
+                while(true) {
+                    if (!loop_init_12) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_12 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_7 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_3 + (lid & 3u), s_7, s_7 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_12 = true;
-        while(true) {
-            if (!loop_init_12) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_12 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row_1 = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row_1 < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_1), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_3, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_13 = true;
+        while(true) {
+            if (!loop_init_13) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_13 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        bool loop_init_14 = true;
+        while(true) {
+            if (!loop_init_14) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_14 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_3 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

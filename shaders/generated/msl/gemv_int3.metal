@@ -33,6 +33,24 @@ typedef float type_7[1];
 struct type_8 {
     float inner[16];
 };
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
 struct type_10 {
     uint inner[7];
 };
@@ -73,17 +91,17 @@ uint bytes4_(
 }
 
 uint keep_before(
-    uint v_1,
+    uint v,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::float4 x4_(
@@ -99,9 +117,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_1
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 float scaled(
@@ -196,6 +214,62 @@ void fold(
     return;
 }
 
+metal::float4 accb_at(
+    AccB a,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -216,11 +290,11 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint g_1 = {};
-    type_11 v_3 = {};
+    type_11 v_2 = {};
     uint r_1 = {};
     uint k_4 = {};
     uint r_2 = {};
-    uint m_2 = {};
+    uint m_1 = {};
     uint cw = {};
     uint rb = p.row_bytes;
     uint ng = p.sc_row;
@@ -238,7 +312,7 @@ void partial(
             break;
         }
         {
-            v_3 = type_11 {};
+            v_2 = type_11 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -280,7 +354,7 @@ void partial(
                                 uint _e44 = bytes4_(b_2 + (4u * _e41), wq, _buffer_sizes);
                                 uint _e46 = k_4;
                                 uint _e50 = keep_before(_e44, b_2 + (4u * _e46), base + rb);
-                                v_3.inner[metal::min(unsigned(_e36), 3u)].inner[metal::min(unsigned(_e38), 6u)] = _e50;
+                                v_2.inner[metal::min(unsigned(_e36), 3u)].inner[metal::min(unsigned(_e38), 6u)] = _e50;
                             }
                         }
                     }
@@ -303,34 +377,34 @@ void partial(
                 }
                 {
                     uint _e65 = r_2;
-                    uint row = row0_ + _e65;
+                    uint row_1 = row0_ + _e65;
                     uint _e69 = p.o;
-                    if (row < _e69) {
-                        m_2 = 0u;
+                    if (row_1 < _e69) {
+                        m_1 = 0u;
                         bool loop_init_6 = true;
                         while(true) {
                             if (!loop_init_6) {
-                                uint _e154 = m_2;
-                                m_2 = _e154 + 1u;
+                                uint _e154 = m_1;
+                                m_1 = _e154 + 1u;
                             }
                             loop_init_6 = false;
-                            uint _e73 = m_2;
+                            uint _e73 = m_1;
                             if (_e73 < 8u) {
                             } else {
                                 break;
                             }
                             {
-                                uint _e77 = m_2;
+                                uint _e77 = m_1;
                                 uint k_6 = naga_div(24u * _e77, 32u);
-                                uint _e82 = m_2;
+                                uint _e82 = m_1;
                                 uint sh_1 = naga_mod(24u * _e82, 32u);
                                 uint _e86 = r_2;
-                                uint _e89 = v_3.inner[metal::min(unsigned(_e86), 3u)].inner[metal::min(unsigned(k_6), 6u)];
+                                uint _e89 = v_2.inner[metal::min(unsigned(_e86), 3u)].inner[metal::min(unsigned(k_6), 6u)];
                                 cw = _e89 >> sh_1;
                                 if (sh_1 > 8u) {
                                     uint _e94 = cw;
                                     uint _e95 = r_2;
-                                    uint _e100 = v_3.inner[metal::min(unsigned(_e95), 3u)].inner[metal::min(unsigned(k_6 + 1u), 6u)];
+                                    uint _e100 = v_2.inner[metal::min(unsigned(_e95), 3u)].inner[metal::min(unsigned(k_6 + 1u), 6u)];
                                     cw = _e94 | (_e100 << (32u - sh_1));
                                 }
                                 uint _e105 = cw;
@@ -343,10 +417,10 @@ void partial(
                                 uint _e125 = cw;
                                 uint _e128 = cw;
                                 metal::uint4 hi = metal::uint4(_e119 >> 12u, _e122 >> 15u, _e125 >> 18u, _e128 >> 21u) & metal::uint4(7u);
-                                uint _e136 = m_2;
+                                uint _e136 = m_1;
                                 metal::float4 _e139 = u2f(lo);
                                 tdot(i0_ + (8u * _e136), _e139 - metal::float4(4.0), xv, p, t, _buffer_sizes);
-                                uint _e144 = m_2;
+                                uint _e144 = m_1;
                                 metal::float4 _e149 = u2f(hi);
                                 tdot((i0_ + (8u * _e144)) + 4u, _e149 - metal::float4(4.0), xv, p, t, _buffer_sizes);
                             }
@@ -354,7 +428,7 @@ void partial(
                         uint _e156 = r_2;
                         uint _e158 = g_1;
                         uint _e159 = group(_e158, ng);
-                        float _e161 = scale_f32_((row * ng) + _e159, sc, _buffer_sizes);
+                        float _e161 = scale_f32_((row_1 * ng) + _e159, sc, _buffer_sizes);
                         float _e162 = scaled(_e161);
                         fold(_e156, _e162, acc, t);
                     }
@@ -375,6 +449,100 @@ metal::float4 partial1_(
     uint lid_2
 ) {
     return metal::float4(0.0);
+}
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_2,
+    uint lid_3
+) {
+    AccB a_1 = {};
+    AccB _e3 = a_1;
+    return _e3;
+}
+
+void reduce16_(
+    uint lid_4,
+    uint n_1,
+    uint row,
+    uint s_4,
+    bool keep,
+    device type_7& y,
+    constant Params& p,
+    threadgroup type_12& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_2 = 0u;
+    float v_3 = 0.0;
+    uint m_3 = 0u;
+    bool local_3 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_4 >> 3u;
+    if (kk < n_1) {
+        bool loop_init_7 = true;
+        while(true) {
+            if (!loop_init_7) {
+                uint _e30 = m_2;
+                m_2 = _e30 + 1u;
+            }
+            loop_init_7 = false;
+            uint _e12 = m_2;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_2;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_4), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_4 < n_1) {
+        bool loop_init_8 = true;
+        while(true) {
+            if (!loop_init_8) {
+                uint _e53 = m_3;
+                m_3 = _e53 + 1u;
+            }
+            loop_init_8 = false;
+            uint _e40 = m_3;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_3;
+                uint _e47 = m_3;
+                float _e50 = red.inner[metal::min(unsigned((lid_4 * 8u) + _e47), 2047u)];
+                v_3 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_3 = row < _e59;
+        } else {
+            local_3 = false;
+        }
+        bool _e62 = local_3;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_3;
+            y[metal::min(unsigned((s_4 * _e66) + row), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
 }
 
 struct main_Input {
@@ -399,131 +567,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_3 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_7 = true;
-        while(true) {
-            if (!loop_init_7) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_7 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_8 = true;
-        while(true) {
-            if (!loop_init_8) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_8 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_3, lid);
         bool loop_init_9 = true;
         while(true) {
             if (!loop_init_9) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
             loop_init_9 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_10 = true;
+                while(true) {
+                    if (!loop_init_10) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_10 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_5 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_3 + (lid & 3u), s_5, s_5 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_10 = true;
-        while(true) {
-            if (!loop_init_10) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_10 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row_1 = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row_1 < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_3, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_11 = true;
+        while(true) {
+            if (!loop_init_11) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_11 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_12 = true;
+        while(true) {
+            if (!loop_init_12) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_12 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_3 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

@@ -58,10 +58,34 @@ struct XQ {
     metal::uint4 b2_;
     metal::uint4 h;
 };
-struct type_10 {
-    metal::uint4 inner[4];
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
+struct Q4_ {
+    metal::float4 r0_;
+    metal::float4 r1_;
+    metal::float4 r2_;
+    metal::float4 r3_;
 };
 struct type_11 {
+    metal::uint4 inner[4];
+};
+struct type_12 {
     float inner[2048];
 };
 constant uint WG = 128u;
@@ -85,28 +109,28 @@ uint bytes4_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint k_4 = b >> 2u;
+    uint k_5 = b >> 2u;
     uint sh = (b & 3u) * 8u;
-    uint _e7 = word(k_4, wq, _buffer_sizes);
+    uint _e7 = word(k_5, wq, _buffer_sizes);
     if (sh == 0u) {
         return _e7;
     }
-    uint _e13 = word(k_4 + 1u, wq, _buffer_sizes);
+    uint _e13 = word(k_5 + 1u, wq, _buffer_sizes);
     return (_e7 >> sh) | (_e13 << (32u - sh));
 }
 
 uint keep_before(
-    uint v_1,
+    uint v,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::uint4 load16_(
@@ -115,13 +139,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_1 = {};
+    bool local_3 = {};
     if ((b_2 & 15u) == 0u) {
-        local_1 = (b_2 + 16u) <= end_1;
+        local_3 = (b_2 + 16u) <= end_1;
     } else {
-        local_1 = false;
+        local_3 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_3;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -150,9 +174,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_1
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 nibbles_lo(
@@ -364,14 +388,14 @@ XQ xq(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint _e3 = p.x_stride;
-    uint k_5 = (_e3 >> 2u) + (7u * c_3);
-    metal::float4 _e11 = xv[metal::min(unsigned(k_5), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e17 = xv[metal::min(unsigned(k_5 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e23 = xv[metal::min(unsigned(k_5 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e29 = xv[metal::min(unsigned(k_5 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e35 = xv[metal::min(unsigned(k_5 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e41 = xv[metal::min(unsigned(k_5 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e47 = xv[metal::min(unsigned(k_5 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    uint k_6 = (_e3 >> 2u) + (7u * c_3);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_6), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_6 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_6 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_6 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_6 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_6 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_6 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
 }
 
@@ -414,8 +438,8 @@ float q4plane(
     uint _e35 = b_3.w;
     packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
     packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
-    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
-    return as_type<float>(s_3) - 12582912.0;
+    int s_5 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_5) - 12582912.0;
 }
 
 float q4i8_(
@@ -435,12 +459,191 @@ float q4i8_(
     return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
 }
 
+metal::float4 qdot(
+    Q4_ q_2,
+    metal::float4 x_2
+) {
+    return metal::float4(metal::dot(q_2.r0_, x_2), metal::dot(q_2.r1_, x_2), metal::dot(q_2.r2_, x_2), metal::dot(q_2.r3_, x_2));
+}
+
+void accb(
+    thread AccB& a_1,
+    Q4_ q_3,
+    uint i_2,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 _e4 = a_1.a0_;
+    metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
+    metal::float4 _e7 = qdot(q_3, _e6);
+    a_1.a0_ = _e4 + _e7;
+    if (false) {
+        metal::float4 _e14 = a_1.a1_;
+        metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e17 = qdot(q_3, _e16);
+        a_1.a1_ = _e14 + _e17;
+    }
+    if (false) {
+        metal::float4 _e24 = a_1.a2_;
+        metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e27 = qdot(q_3, _e26);
+        a_1.a2_ = _e24 + _e27;
+    }
+    if (false) {
+        metal::float4 _e34 = a_1.a3_;
+        metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e37 = qdot(q_3, _e36);
+        a_1.a3_ = _e34 + _e37;
+    }
+    if (false) {
+        metal::float4 _e44 = a_1.a4_;
+        metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e47 = qdot(q_3, _e46);
+        a_1.a4_ = _e44 + _e47;
+    }
+    if (false) {
+        metal::float4 _e54 = a_1.a5_;
+        metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e57 = qdot(q_3, _e56);
+        a_1.a5_ = _e54 + _e57;
+    }
+    if (false) {
+        metal::float4 _e64 = a_1.a6_;
+        metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e67 = qdot(q_3, _e66);
+        a_1.a6_ = _e64 + _e67;
+    }
+    if (false) {
+        metal::float4 _e74 = a_1.a7_;
+        metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e77 = qdot(q_3, _e76);
+        a_1.a7_ = _e74 + _e77;
+    }
+    if (false) {
+        metal::float4 _e84 = a_1.a8_;
+        metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e87 = qdot(q_3, _e86);
+        a_1.a8_ = _e84 + _e87;
+    }
+    if (false) {
+        metal::float4 _e94 = a_1.a9_;
+        metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e97 = qdot(q_3, _e96);
+        a_1.a9_ = _e94 + _e97;
+    }
+    if (false) {
+        metal::float4 _e104 = a_1.a10_;
+        metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e107 = qdot(q_3, _e106);
+        a_1.a10_ = _e104 + _e107;
+    }
+    if (false) {
+        metal::float4 _e114 = a_1.a11_;
+        metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e117 = qdot(q_3, _e116);
+        a_1.a11_ = _e114 + _e117;
+    }
+    if (false) {
+        metal::float4 _e124 = a_1.a12_;
+        metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e127 = qdot(q_3, _e126);
+        a_1.a12_ = _e124 + _e127;
+    }
+    if (false) {
+        metal::float4 _e134 = a_1.a13_;
+        metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e137 = qdot(q_3, _e136);
+        a_1.a13_ = _e134 + _e137;
+    }
+    if (false) {
+        metal::float4 _e144 = a_1.a14_;
+        metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e147 = qdot(q_3, _e146);
+        a_1.a14_ = _e144 + _e147;
+    }
+    if (false) {
+        metal::float4 _e154 = a_1.a15_;
+        metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e157 = qdot(q_3, _e156);
+        a_1.a15_ = _e154 + _e157;
+        return;
+    } else {
+        return;
+    }
+}
+
+metal::float4 accb_at(
+    AccB a_2,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a_2.a0_;
+        }
+        case 1u: {
+            return a_2.a1_;
+        }
+        case 2u: {
+            return a_2.a2_;
+        }
+        case 3u: {
+            return a_2.a3_;
+        }
+        case 4u: {
+            return a_2.a4_;
+        }
+        case 5u: {
+            return a_2.a5_;
+        }
+        case 6u: {
+            return a_2.a6_;
+        }
+        case 7u: {
+            return a_2.a7_;
+        }
+        case 8u: {
+            return a_2.a8_;
+        }
+        case 9u: {
+            return a_2.a9_;
+        }
+        case 10u: {
+            return a_2.a10_;
+        }
+        case 11u: {
+            return a_2.a11_;
+        }
+        case 12u: {
+            return a_2.a12_;
+        }
+        case 13u: {
+            return a_2.a13_;
+        }
+        case 14u: {
+            return a_2.a14_;
+        }
+        default: {
+            return a_2.a15_;
+        }
+    }
+}
+
+metal::uint4 rows_b(
+    uint row0_,
+    constant Params& p
+) {
+    uint _e3 = p.o;
+    uint last = _e3 - 1u;
+    return metal::uint4(row0_, metal::min(row0_ + 1u, last), metal::min(row0_ + 2u, last), metal::min(row0_ + 3u, last));
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
 void partial(
-    uint row0_,
+    uint row0_1,
     uint lid_1,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -451,11 +654,11 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint c_4 = {};
-    type_10 v_3 = {};
+    type_11 v_2 = {};
     uint r_2 = {};
     uint r_3 = {};
     uint h_1 = {};
-    bool local_2 = {};
+    bool local_4 = {};
     float d_2 = {};
     uint rb_2 = p.row_bytes;
     uint nch = naga_div(rb_2 + 15u, 16u);
@@ -474,7 +677,7 @@ void partial(
             break;
         }
         {
-            v_3 = type_10 {};
+            v_2 = type_11 {};
             r_2 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -490,14 +693,14 @@ void partial(
                 }
                 {
                     uint _e22 = r_2;
-                    uint base_1 = (row0_ + _e22) * rb_2;
+                    uint base_1 = (row0_1 + _e22) * rb_2;
                     uint _e25 = r_2;
                     uint _e29 = p.o;
-                    if ((row0_ + _e25) < _e29) {
+                    if ((row0_1 + _e25) < _e29) {
                         uint _e31 = r_2;
                         uint _e34 = c_4;
                         metal::uint4 _e38 = load16_(base_1 + (16u * _e34), base_1 + rb_2, wq, _buffer_sizes);
-                        v_3.inner[metal::min(unsigned(_e31), 3u)] = _e38;
+                        v_2.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
@@ -518,9 +721,9 @@ void partial(
                 }
                 {
                     uint _e50 = r_3;
-                    uint row_1 = row0_ + _e50;
+                    uint row_2 = row0_1 + _e50;
                     uint _e54 = p.o;
-                    if (row_1 < _e54) {
+                    if (row_2 < _e54) {
                         h_1 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -537,37 +740,37 @@ void partial(
                             {
                                 uint _e61 = r_3;
                                 uint _e64 = h_1;
-                                uint w0_ = v_3.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(2u * _e64), 3u)];
+                                uint w0_ = v_2.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(2u * _e64), 3u)];
                                 uint _e68 = r_3;
                                 uint _e71 = h_1;
-                                uint w1_ = v_3.inner[metal::min(unsigned(_e68), 3u)][metal::min(unsigned((2u * _e71) + 1u), 3u)];
+                                uint w1_ = v_2.inner[metal::min(unsigned(_e68), 3u)][metal::min(unsigned((2u * _e71) + 1u), 3u)];
                                 uint _e78 = h_1;
-                                uint i_2 = i0_ + (16u * _e78);
+                                uint i_3 = i0_ + (16u * _e78);
                                 metal::uint4 _e81 = nibbles_lo(w0_);
                                 metal::float4 _e82 = u2f(_e81);
-                                tdot(i_2, _e82 - metal::float4(8.0), xv, p, t, _buffer_sizes);
+                                tdot(i_3, _e82 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                                 metal::uint4 _e88 = nibbles_hi(w0_);
                                 metal::float4 _e89 = u2f(_e88);
-                                tdot(i_2 + 4u, _e89 - metal::float4(8.0), xv, p, t, _buffer_sizes);
+                                tdot(i_3 + 4u, _e89 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                                 metal::uint4 _e95 = nibbles_lo(w1_);
                                 metal::float4 _e96 = u2f(_e95);
-                                tdot(i_2 + 8u, _e96 - metal::float4(8.0), xv, p, t, _buffer_sizes);
+                                tdot(i_3 + 8u, _e96 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                                 metal::uint4 _e102 = nibbles_hi(w1_);
                                 metal::float4 _e103 = u2f(_e102);
-                                tdot(i_2 + 12u, _e103 - metal::float4(8.0), xv, p, t, _buffer_sizes);
+                                tdot(i_3 + 12u, _e103 - metal::float4(8.0), xv, p, t, _buffer_sizes);
                                 uint _e107 = h_1;
                                 if (!((_e107 == 1u))) {
-                                    local_2 = false;
+                                    local_4 = false;
                                 } else {
-                                    local_2 = true;
+                                    local_4 = true;
                                 }
-                                bool _e120 = local_2;
+                                bool _e120 = local_4;
                                 if (_e120) {
-                                    uint g_1 = naga_div(i_2, GS);
+                                    uint g_1 = naga_div(i_3, GS);
                                     d_2 = 0.0;
                                     if (g_1 < ng) {
                                         uint _e127 = group(g_1, ng);
-                                        float _e129 = scale_f32_((row_1 * ng) + _e127, sc, _buffer_sizes);
+                                        float _e129 = scale_f32_((row_2 * ng) + _e127, sc, _buffer_sizes);
                                         float _e130 = scaled(_e129);
                                         d_2 = _e130;
                                     }
@@ -599,7 +802,7 @@ metal::float4 partial1_i8_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_1 = metal::float4(0.0);
+    metal::float4 a_3 = metal::float4(0.0);
     uint c_5 = {};
     uint rb_3 = p.row_bytes;
     uint nch_1 = naga_div(rb_3 + 15u, 16u);
@@ -635,30 +838,30 @@ metal::float4 partial1_i8_(
             XQ _e51 = xq(_e50, xv, p, _buffer_sizes);
             if ((_e51.h.x & 2139095040u) != 2139095040u) {
                 float dh = as_type<float>(_e51.h.x);
-                metal::float4 _e61 = a_1;
+                metal::float4 _e61 = a_3;
                 float _e64 = q4i8_(_e19.v0_, _e51);
                 float _e66 = q4i8_(_e19.v1_, _e51);
                 float _e68 = q4i8_(_e19.v2_, _e51);
                 float _e70 = q4i8_(_e19.v3_, _e51);
-                a_1 = _e61 + ((dh * sg) * metal::float4(_e64, _e66, _e68, _e70));
+                a_3 = _e61 + ((dh * sg) * metal::float4(_e64, _e66, _e68, _e70));
             } else {
                 uint _e74 = c_5;
                 X8_ _e75 = x8_(_e74, xv, _buffer_sizes);
-                metal::float4 _e76 = a_1;
+                metal::float4 _e76 = a_3;
                 metal::float4 _e78 = q4row(_e19.v0_, _e75);
                 metal::float4 _e82 = q4row(_e19.v1_, _e75);
                 metal::float4 _e86 = q4row(_e19.v2_, _e75);
                 metal::float4 _e90 = q4row(_e19.v3_, _e75);
-                a_1 = _e76 + (sg * metal::float4(metal::dot(_e78, NIB_POS), metal::dot(_e82, NIB_POS), metal::dot(_e86, NIB_POS), metal::dot(_e90, NIB_POS)));
+                a_3 = _e76 + (sg * metal::float4(metal::dot(_e78, NIB_POS), metal::dot(_e82, NIB_POS), metal::dot(_e86, NIB_POS), metal::dot(_e90, NIB_POS)));
             }
         }
     }
-    metal::float4 _e99 = a_1;
+    metal::float4 _e99 = a_3;
     return _e99;
 }
 
 metal::float4 partial1_(
-    uint row0_1,
+    uint row0_2,
     uint lid_3,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -675,8 +878,8 @@ metal::float4 partial1_(
     uint nch_2 = naga_div(rb_4 + 15u, 16u);
     uint ng_2 = p.sc_row;
     uint _e14 = p.o;
-    uint last = _e14 - 1u;
-    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint last_1 = _e14 - 1u;
+    metal::uint4 rr_1 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     uint _e29 = p.reserved0_;
     if (_e29 == 1u) {
         metal::float4 _e32 = partial1_i8_(rr_1, lid_3, wq, sc, xv, p, _buffer_sizes);
@@ -730,6 +933,183 @@ metal::float4 partial1_(
     metal::float4 _e113 = p3_;
     return metal::float4(metal::dot(_e104, NIB_POS), metal::dot(_e107, NIB_POS), metal::dot(_e110, NIB_POS), metal::dot(_e113, NIB_POS));
 }
+
+bool fastb(
+) {
+    return true;
+}
+
+AccB partialb(
+    uint row0_3,
+    uint lid_4,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    AccB a_4 = {};
+    uint c_7 = {};
+    uint k_4 = {};
+    uint rb_5 = p.row_bytes;
+    uint nch_3 = naga_div(rb_5 + 15u, 16u);
+    uint ng_3 = p.sc_row;
+    metal::uint4 _e12 = rows_b(row0_3, p);
+    c_7 = lid_4;
+    bool loop_init_8 = true;
+    while(true) {
+        if (!loop_init_8) {
+            uint _e131 = c_7;
+            c_7 = _e131 + WG;
+        }
+        loop_init_8 = false;
+        uint _e15 = c_7;
+        if (_e15 < nch_3) {
+        } else {
+            break;
+        }
+        {
+            uint _e17 = c_7;
+            Rows4_ _e18 = rows4_(_e12, _e17, rb_5, wq, _buffer_sizes);
+            uint _e20 = c_7;
+            uint _e27 = group(metal::min(naga_div(32u * _e20, GS), ng_3 - 1u), ng_3);
+            float _e31 = scale_f32_((_e12.x * ng_3) + _e27, sc, _buffer_sizes);
+            float _e32 = scaled(_e31);
+            float _e36 = scale_f32_((_e12.y * ng_3) + _e27, sc, _buffer_sizes);
+            float _e37 = scaled(_e36);
+            float _e41 = scale_f32_((_e12.z * ng_3) + _e27, sc, _buffer_sizes);
+            float _e42 = scaled(_e41);
+            float _e46 = scale_f32_((_e12.w * ng_3) + _e27, sc, _buffer_sizes);
+            float _e47 = scaled(_e46);
+            metal::float4 sg_1 = metal::float4(_e32, _e37, _e42, _e47);
+            metal::float4 o = metal::float4(8.0);
+            k_4 = 0u;
+            bool loop_init_9 = true;
+            while(true) {
+                if (!loop_init_9) {
+                    uint _e129 = k_4;
+                    k_4 = _e129 + 1u;
+                }
+                loop_init_9 = false;
+                uint _e53 = k_4;
+                if (_e53 < 4u) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e57 = k_4;
+                    uint _e60 = k_4;
+                    uint _e63 = k_4;
+                    uint _e66 = k_4;
+                    metal::uint4 w_6 = metal::uint4(_e18.v0_[metal::min(unsigned(_e57), 3u)], _e18.v1_[metal::min(unsigned(_e60), 3u)], _e18.v2_[metal::min(unsigned(_e63), 3u)], _e18.v3_[metal::min(unsigned(_e66), 3u)]);
+                    uint _e70 = c_7;
+                    uint _e73 = k_4;
+                    uint i_4 = (32u * _e70) + (8u * _e73);
+                    metal::uint4 _e78 = nibbles_lo(w_6.x);
+                    metal::float4 _e79 = u2f(_e78);
+                    metal::uint4 _e84 = nibbles_lo(w_6.y);
+                    metal::float4 _e85 = u2f(_e84);
+                    metal::uint4 _e90 = nibbles_lo(w_6.z);
+                    metal::float4 _e91 = u2f(_e90);
+                    metal::uint4 _e96 = nibbles_lo(w_6.w);
+                    metal::float4 _e97 = u2f(_e96);
+                    accb(a_4, Q4_ {sg_1.x * (_e79 - o), sg_1.y * (_e85 - o), sg_1.z * (_e91 - o), sg_1.w * (_e97 - o)}, i_4, xv, p, _buffer_sizes);
+                    metal::uint4 _e103 = nibbles_hi(w_6.x);
+                    metal::float4 _e104 = u2f(_e103);
+                    metal::uint4 _e109 = nibbles_hi(w_6.y);
+                    metal::float4 _e110 = u2f(_e109);
+                    metal::uint4 _e115 = nibbles_hi(w_6.z);
+                    metal::float4 _e116 = u2f(_e115);
+                    metal::uint4 _e121 = nibbles_hi(w_6.w);
+                    metal::float4 _e122 = u2f(_e121);
+                    accb(a_4, Q4_ {sg_1.x * (_e104 - o), sg_1.y * (_e110 - o), sg_1.z * (_e116 - o), sg_1.w * (_e122 - o)}, i_4 + 4u, xv, p, _buffer_sizes);
+                }
+            }
+        }
+    }
+    AccB _e134 = a_4;
+    return _e134;
+}
+
+void reduce16_(
+    uint lid_5,
+    uint n_1,
+    uint row_1,
+    uint s_4,
+    bool keep,
+    device type_7& y,
+    constant Params& p,
+    threadgroup type_12& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_1 = 0u;
+    float v_3 = 0.0;
+    uint m_2 = 0u;
+    bool local_5 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_5 >> 3u;
+    if (kk < n_1) {
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e30 = m_1;
+                m_1 = _e30 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e12 = m_1;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_1;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_5 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_5), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_5 < n_1) {
+        bool loop_init_11 = true;
+        while(true) {
+            if (!loop_init_11) {
+                uint _e53 = m_2;
+                m_2 = _e53 + 1u;
+            }
+            loop_init_11 = false;
+            uint _e40 = m_2;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_3;
+                uint _e47 = m_2;
+                float _e50 = red.inner[metal::min(unsigned((lid_5 * 8u) + _e47), 2047u)];
+                v_3 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_5 = row_1 < _e59;
+        } else {
+            local_5 = false;
+        }
+        bool _e62 = local_5;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_3;
+            y[metal::min(unsigned((s_4 * _e66) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
+}
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
@@ -746,7 +1126,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_11& red
+, threadgroup type_12& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -757,131 +1137,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_4 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_4 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid, wq, sc, xv, p, _buffer_sizes);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_8 = true;
-        while(true) {
-            if (!loop_init_8) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_8 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_9 = true;
-        while(true) {
-            if (!loop_init_9) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_9 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
-        bool loop_init_10 = true;
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+            if (!loop_init_12) {
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
-            loop_init_10 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            loop_init_12 = false;
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_13 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_6 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_4 + (lid & 3u), s_6, s_6 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_11 = true;
-        while(true) {
-            if (!loop_init_11) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_11 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row_2 = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row_2 < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_14 = true;
+        while(true) {
+            if (!loop_init_14) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_14 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_4, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_15 = true;
+        while(true) {
+            if (!loop_init_15) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_15 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_4 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

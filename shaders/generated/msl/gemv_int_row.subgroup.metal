@@ -58,13 +58,37 @@ struct XQ {
     metal::uint4 b2_;
     metal::uint4 h;
 };
-struct type_10 {
-    float inner[4];
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
+struct Q4_ {
+    metal::float4 r0_;
+    metal::float4 r1_;
+    metal::float4 r2_;
+    metal::float4 r3_;
 };
 struct type_11 {
-    metal::uint4 inner[4];
+    float inner[4];
 };
 struct type_12 {
+    metal::uint4 inner[4];
+};
+struct type_13 {
     float inner[512];
 };
 constant uint WG = 128u;
@@ -88,28 +112,28 @@ uint bytes4_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint k_5 = b >> 2u;
+    uint k_6 = b >> 2u;
     uint sh = (b & 3u) * 8u;
-    uint _e7 = word(k_5, wq, _buffer_sizes);
+    uint _e7 = word(k_6, wq, _buffer_sizes);
     if (sh == 0u) {
         return _e7;
     }
-    uint _e13 = word(k_5 + 1u, wq, _buffer_sizes);
+    uint _e13 = word(k_6 + 1u, wq, _buffer_sizes);
     return (_e7 >> sh) | (_e13 << (32u - sh));
 }
 
 uint keep_before(
-    uint v_1,
+    uint v_2,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v_2;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v_2 & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::uint4 load16_(
@@ -118,13 +142,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_1 = {};
+    bool local_4 = {};
     if ((b_2 & 15u) == 0u) {
-        local_1 = (b_2 + 16u) <= end_1;
+        local_4 = (b_2 + 16u) <= end_1;
     } else {
-        local_1 = false;
+        local_4 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_4;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -153,9 +177,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_3
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_3 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 nibbles_lo(
@@ -363,14 +387,14 @@ XQ xq(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint _e3 = p.x_stride;
-    uint k_6 = (_e3 >> 2u) + (7u * c_3);
-    metal::float4 _e11 = xv[metal::min(unsigned(k_6), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e17 = xv[metal::min(unsigned(k_6 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e23 = xv[metal::min(unsigned(k_6 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e29 = xv[metal::min(unsigned(k_6 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e35 = xv[metal::min(unsigned(k_6 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e41 = xv[metal::min(unsigned(k_6 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-    metal::float4 _e47 = xv[metal::min(unsigned(k_6 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    uint k_7 = (_e3 >> 2u) + (7u * c_3);
+    metal::float4 _e11 = xv[metal::min(unsigned(k_7), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e17 = xv[metal::min(unsigned(k_7 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e23 = xv[metal::min(unsigned(k_7 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e29 = xv[metal::min(unsigned(k_7 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(k_7 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e41 = xv[metal::min(unsigned(k_7 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e47 = xv[metal::min(unsigned(k_7 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     return XQ {as_type<metal::uint4>(_e11), as_type<metal::uint4>(_e17), as_type<metal::uint4>(_e23), as_type<metal::uint4>(_e29), as_type<metal::uint4>(_e35), as_type<metal::uint4>(_e41), as_type<metal::uint4>(_e47)};
 }
 
@@ -413,8 +437,8 @@ float q4plane(
     uint _e35 = b_3.w;
     packed_char4 reinterpreted_packed_char4_e34 = as_type<packed_char4>(_e34);
     packed_char4 reinterpreted_packed_char4_e35 = as_type<packed_char4>(_e35);
-    int s_3 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
-    return as_type<float>(s_3) - 12582912.0;
+    int s_4 = as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(as_type<uint>(as_type<int>(h)) + as_type<uint>(( + reinterpreted_packed_char4_e6[0] * reinterpreted_packed_char4_e7[0] + reinterpreted_packed_char4_e6[1] * reinterpreted_packed_char4_e7[1] + reinterpreted_packed_char4_e6[2] * reinterpreted_packed_char4_e7[2] + reinterpreted_packed_char4_e6[3] * reinterpreted_packed_char4_e7[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e10[0] * reinterpreted_packed_char4_e11[0] + reinterpreted_packed_char4_e10[1] * reinterpreted_packed_char4_e11[1] + reinterpreted_packed_char4_e10[2] * reinterpreted_packed_char4_e11[2] + reinterpreted_packed_char4_e10[3] * reinterpreted_packed_char4_e11[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e14[0] * reinterpreted_packed_char4_e15[0] + reinterpreted_packed_char4_e14[1] * reinterpreted_packed_char4_e15[1] + reinterpreted_packed_char4_e14[2] * reinterpreted_packed_char4_e15[2] + reinterpreted_packed_char4_e14[3] * reinterpreted_packed_char4_e15[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e18[0] * reinterpreted_packed_char4_e19[0] + reinterpreted_packed_char4_e18[1] * reinterpreted_packed_char4_e19[1] + reinterpreted_packed_char4_e18[2] * reinterpreted_packed_char4_e19[2] + reinterpreted_packed_char4_e18[3] * reinterpreted_packed_char4_e19[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e22[0] * reinterpreted_packed_char4_e23[0] + reinterpreted_packed_char4_e22[1] * reinterpreted_packed_char4_e23[1] + reinterpreted_packed_char4_e22[2] * reinterpreted_packed_char4_e23[2] + reinterpreted_packed_char4_e22[3] * reinterpreted_packed_char4_e23[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e26[0] * reinterpreted_packed_char4_e27[0] + reinterpreted_packed_char4_e26[1] * reinterpreted_packed_char4_e27[1] + reinterpreted_packed_char4_e26[2] * reinterpreted_packed_char4_e27[2] + reinterpreted_packed_char4_e26[3] * reinterpreted_packed_char4_e27[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e30[0] * reinterpreted_packed_char4_e31[0] + reinterpreted_packed_char4_e30[1] * reinterpreted_packed_char4_e31[1] + reinterpreted_packed_char4_e30[2] * reinterpreted_packed_char4_e31[2] + reinterpreted_packed_char4_e30[3] * reinterpreted_packed_char4_e31[3])))) + as_type<uint>(( + reinterpreted_packed_char4_e34[0] * reinterpreted_packed_char4_e35[0] + reinterpreted_packed_char4_e34[1] * reinterpreted_packed_char4_e35[1] + reinterpreted_packed_char4_e34[2] * reinterpreted_packed_char4_e35[2] + reinterpreted_packed_char4_e34[3] * reinterpreted_packed_char4_e35[3])));
+    return as_type<float>(s_4) - 12582912.0;
 }
 
 float q4i8_(
@@ -425,19 +449,205 @@ float q4i8_(
     uint _e5 = nib_order(w_6.y);
     uint _e7 = nib_order(w_6.z);
     uint _e9 = nib_order(w_6.w);
-    metal::uint4 v_5 = metal::uint4(_e3, _e5, _e7, _e9);
-    metal::uint4 lo_1 = v_5 & metal::uint4(252645135u);
-    metal::uint4 hi_1 = (v_5 >> metal::uint4(4u)) & metal::uint4(252645135u);
+    metal::uint4 v_6 = metal::uint4(_e3, _e5, _e7, _e9);
+    metal::uint4 lo_1 = v_6 & metal::uint4(252645135u);
+    metal::uint4 hi_1 = (v_6 >> metal::uint4(4u)) & metal::uint4(252645135u);
     float _e24 = q4plane(lo_1, hi_1, x_1.a0_, x_1.b0_, x_1.h.y);
     float _e29 = q4plane(lo_1, hi_1, x_1.a1_, x_1.b1_, x_1.h.z);
     float _e34 = q4plane(lo_1, hi_1, x_1.a2_, x_1.b2_, x_1.h.w);
     return metal::fma(_e24, 256.0, _e29) + (_e34 * 0.00390625);
 }
 
+metal::float4 qdot(
+    Q4_ q_2,
+    metal::float4 x_2
+) {
+    return metal::float4(metal::dot(q_2.r0_, x_2), metal::dot(q_2.r1_, x_2), metal::dot(q_2.r2_, x_2), metal::dot(q_2.r3_, x_2));
+}
+
+void accb(
+    thread AccB& a_1,
+    Q4_ q_3,
+    uint i_2,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    metal::float4 _e4 = a_1.a0_;
+    metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
+    metal::float4 _e7 = qdot(q_3, _e6);
+    a_1.a0_ = _e4 + _e7;
+    if (false) {
+        metal::float4 _e14 = a_1.a1_;
+        metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e17 = qdot(q_3, _e16);
+        a_1.a1_ = _e14 + _e17;
+    }
+    if (false) {
+        metal::float4 _e24 = a_1.a2_;
+        metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e27 = qdot(q_3, _e26);
+        a_1.a2_ = _e24 + _e27;
+    }
+    if (false) {
+        metal::float4 _e34 = a_1.a3_;
+        metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e37 = qdot(q_3, _e36);
+        a_1.a3_ = _e34 + _e37;
+    }
+    if (false) {
+        metal::float4 _e44 = a_1.a4_;
+        metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e47 = qdot(q_3, _e46);
+        a_1.a4_ = _e44 + _e47;
+    }
+    if (false) {
+        metal::float4 _e54 = a_1.a5_;
+        metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e57 = qdot(q_3, _e56);
+        a_1.a5_ = _e54 + _e57;
+    }
+    if (false) {
+        metal::float4 _e64 = a_1.a6_;
+        metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e67 = qdot(q_3, _e66);
+        a_1.a6_ = _e64 + _e67;
+    }
+    if (false) {
+        metal::float4 _e74 = a_1.a7_;
+        metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e77 = qdot(q_3, _e76);
+        a_1.a7_ = _e74 + _e77;
+    }
+    if (false) {
+        metal::float4 _e84 = a_1.a8_;
+        metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e87 = qdot(q_3, _e86);
+        a_1.a8_ = _e84 + _e87;
+    }
+    if (false) {
+        metal::float4 _e94 = a_1.a9_;
+        metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e97 = qdot(q_3, _e96);
+        a_1.a9_ = _e94 + _e97;
+    }
+    if (false) {
+        metal::float4 _e104 = a_1.a10_;
+        metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e107 = qdot(q_3, _e106);
+        a_1.a10_ = _e104 + _e107;
+    }
+    if (false) {
+        metal::float4 _e114 = a_1.a11_;
+        metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e117 = qdot(q_3, _e116);
+        a_1.a11_ = _e114 + _e117;
+    }
+    if (false) {
+        metal::float4 _e124 = a_1.a12_;
+        metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e127 = qdot(q_3, _e126);
+        a_1.a12_ = _e124 + _e127;
+    }
+    if (false) {
+        metal::float4 _e134 = a_1.a13_;
+        metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e137 = qdot(q_3, _e136);
+        a_1.a13_ = _e134 + _e137;
+    }
+    if (false) {
+        metal::float4 _e144 = a_1.a14_;
+        metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e147 = qdot(q_3, _e146);
+        a_1.a14_ = _e144 + _e147;
+    }
+    if (false) {
+        metal::float4 _e154 = a_1.a15_;
+        metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
+        metal::float4 _e157 = qdot(q_3, _e156);
+        a_1.a15_ = _e154 + _e157;
+        return;
+    } else {
+        return;
+    }
+}
+
+AccB scaleb(
+    AccB a_2,
+    metal::float4 d_2
+) {
+    return AccB {a_2.a0_ * d_2, a_2.a1_ * d_2, a_2.a2_ * d_2, a_2.a3_ * d_2, a_2.a4_ * d_2, a_2.a5_ * d_2, a_2.a6_ * d_2, a_2.a7_ * d_2, a_2.a8_ * d_2, a_2.a9_ * d_2, a_2.a10_ * d_2, a_2.a11_ * d_2, a_2.a12_ * d_2, a_2.a13_ * d_2, a_2.a14_ * d_2, a_2.a15_ * d_2};
+}
+
+metal::float4 accb_at(
+    AccB a_3,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a_3.a0_;
+        }
+        case 1u: {
+            return a_3.a1_;
+        }
+        case 2u: {
+            return a_3.a2_;
+        }
+        case 3u: {
+            return a_3.a3_;
+        }
+        case 4u: {
+            return a_3.a4_;
+        }
+        case 5u: {
+            return a_3.a5_;
+        }
+        case 6u: {
+            return a_3.a6_;
+        }
+        case 7u: {
+            return a_3.a7_;
+        }
+        case 8u: {
+            return a_3.a8_;
+        }
+        case 9u: {
+            return a_3.a9_;
+        }
+        case 10u: {
+            return a_3.a10_;
+        }
+        case 11u: {
+            return a_3.a11_;
+        }
+        case 12u: {
+            return a_3.a12_;
+        }
+        case 13u: {
+            return a_3.a13_;
+        }
+        case 14u: {
+            return a_3.a14_;
+        }
+        default: {
+            return a_3.a15_;
+        }
+    }
+}
+
+metal::uint4 rows_b(
+    uint row0_,
+    constant Params& p
+) {
+    uint _e3 = p.o;
+    uint last = _e3 - 1u;
+    return metal::uint4(row0_, metal::min(row0_ + 1u, last), metal::min(row0_ + 2u, last), metal::min(row0_ + 3u, last));
+}
+
 void int_chunk(
     uint r_2,
     uint i0_,
-    metal::uint4 v_3,
+    metal::uint4 v_4,
     device type_6 const& xv,
     constant Params& p,
     thread type_8& t,
@@ -459,7 +669,7 @@ void int_chunk(
         }
         {
             uint _e8 = k_4;
-            uint w_9 = v_3[metal::min(unsigned(_e8), 3u)];
+            uint w_9 = v_4[metal::min(unsigned(_e8), 3u)];
             if (false) {
                 uint _e15 = k_4;
                 metal::uint4 _e20 = bytes_of(w_9 ^ 2155905152u);
@@ -492,10 +702,10 @@ void int_chunk(
                         {
                             uint _e55 = h_1;
                             uint b_4 = w_9 >> (8u * _e55);
-                            metal::uint4 c_7 = metal::uint4(b_4, b_4 >> 2u, b_4 >> 4u, b_4 >> 6u) & metal::uint4(3u);
+                            metal::uint4 c_8 = metal::uint4(b_4, b_4 >> 2u, b_4 >> 4u, b_4 >> 6u) & metal::uint4(3u);
                             uint _e69 = k_4;
                             uint _e73 = h_1;
-                            metal::float4 _e76 = u2f(c_7);
+                            metal::float4 _e76 = u2f(c_8);
                             tdot((i0_ + (16u * _e69)) + (4u * _e73), _e76 - metal::float4(2.0), xv, p, t, _buffer_sizes);
                         }
                     }
@@ -511,7 +721,7 @@ uint naga_div(uint lhs, uint rhs) {
 }
 
 void partial(
-    uint row0_,
+    uint row0_1,
     uint lid_1,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -521,10 +731,10 @@ void partial(
     thread type_8& t,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    type_10 d_2 = {};
+    type_11 d_3 = {};
     uint r_3 = 0u;
     uint c_4 = {};
-    type_11 v_4 = {};
+    type_12 v_5 = {};
     uint r_4 = {};
     uint r_5 = {};
     uint rb_2 = p.row_bytes;
@@ -544,12 +754,12 @@ void partial(
         {
             uint _e19 = r_3;
             uint _e23 = p.o;
-            if ((row0_ + _e19) < _e23) {
+            if ((row0_1 + _e19) < _e23) {
                 uint _e25 = r_3;
                 uint _e27 = r_3;
-                float _e29 = scale_f32_(row0_ + _e27, sc, _buffer_sizes);
+                float _e29 = scale_f32_(row0_1 + _e27, sc, _buffer_sizes);
                 float _e30 = scaled(_e29);
-                d_2.inner[metal::min(unsigned(_e25), 3u)] = _e30;
+                d_3.inner[metal::min(unsigned(_e25), 3u)] = _e30;
             }
         }
     }
@@ -567,7 +777,7 @@ void partial(
             break;
         }
         {
-            v_4 = type_11 {};
+            v_5 = type_12 {};
             r_4 = 0u;
             bool loop_init_6 = true;
             while(true) {
@@ -583,14 +793,14 @@ void partial(
                 }
                 {
                     uint _e44 = r_4;
-                    uint base_1 = (row0_ + _e44) * rb_2;
+                    uint base_1 = (row0_1 + _e44) * rb_2;
                     uint _e47 = r_4;
                     uint _e51 = p.o;
-                    if ((row0_ + _e47) < _e51) {
+                    if ((row0_1 + _e47) < _e51) {
                         uint _e53 = r_4;
                         uint _e56 = c_4;
                         metal::uint4 _e60 = load16_(base_1 + (16u * _e56), base_1 + rb_2, wq, _buffer_sizes);
-                        v_4.inner[metal::min(unsigned(_e53), 3u)] = _e60;
+                        v_5.inner[metal::min(unsigned(_e53), 3u)] = _e60;
                     }
                 }
             }
@@ -610,15 +820,15 @@ void partial(
                 {
                     uint _e69 = r_5;
                     uint _e73 = p.o;
-                    if ((row0_ + _e69) < _e73) {
+                    if ((row0_1 + _e69) < _e73) {
                         uint _e75 = r_5;
                         uint _e76 = c_4;
                         uint _e78 = r_5;
-                        metal::uint4 _e80 = v_4.inner[metal::min(unsigned(_e78), 3u)];
+                        metal::uint4 _e80 = v_5.inner[metal::min(unsigned(_e78), 3u)];
                         int_chunk(_e75, _e76 * 64u, _e80, xv, p, t, _buffer_sizes);
                         uint _e81 = r_5;
                         uint _e82 = r_5;
-                        float _e84 = d_2.inner[metal::min(unsigned(_e82), 3u)];
+                        float _e84 = d_3.inner[metal::min(unsigned(_e82), 3u)];
                         fold(_e81, _e84, acc, t);
                     }
                 }
@@ -659,7 +869,7 @@ metal::float4 partial1_i8_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_1 = metal::float4(0.0);
+    metal::float4 a_4 = metal::float4(0.0);
     uint c_5 = {};
     uint rb_3 = p.row_bytes;
     uint nch_1 = naga_div(rb_3 + 15u, 16u);
@@ -683,30 +893,30 @@ metal::float4 partial1_i8_(
             XQ _e18 = xq(_e17, xv, p, _buffer_sizes);
             if ((_e18.h.x & 2139095040u) != 2139095040u) {
                 float dh = as_type<float>(_e18.h.x);
-                metal::float4 _e28 = a_1;
+                metal::float4 _e28 = a_4;
                 float _e30 = q4i8_(_e16.v0_, _e18);
                 float _e32 = q4i8_(_e16.v1_, _e18);
                 float _e34 = q4i8_(_e16.v2_, _e18);
                 float _e36 = q4i8_(_e16.v3_, _e18);
-                a_1 = _e28 + (dh * metal::float4(_e30, _e32, _e34, _e36));
+                a_4 = _e28 + (dh * metal::float4(_e30, _e32, _e34, _e36));
             } else {
                 uint _e40 = c_5;
                 X8_ _e41 = x8_(_e40, xv, _buffer_sizes);
-                metal::float4 _e42 = a_1;
+                metal::float4 _e42 = a_4;
                 metal::float4 _e44 = q4row(_e16.v0_, _e41);
                 metal::float4 _e48 = q4row(_e16.v1_, _e41);
                 metal::float4 _e52 = q4row(_e16.v2_, _e41);
                 metal::float4 _e56 = q4row(_e16.v3_, _e41);
-                a_1 = _e42 + metal::float4(metal::dot(_e44, NIB_POS), metal::dot(_e48, NIB_POS), metal::dot(_e52, NIB_POS), metal::dot(_e56, NIB_POS));
+                a_4 = _e42 + metal::float4(metal::dot(_e44, NIB_POS), metal::dot(_e48, NIB_POS), metal::dot(_e52, NIB_POS), metal::dot(_e56, NIB_POS));
             }
         }
     }
-    metal::float4 _e64 = a_1;
+    metal::float4 _e64 = a_4;
     return _e64;
 }
 
 metal::float4 partial1_(
-    uint row0_1,
+    uint row0_2,
     uint lid_3,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -714,8 +924,8 @@ metal::float4 partial1_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_2 = {};
-    metal::float4 a_2 = metal::float4(0.0);
+    bool local_5 = {};
+    metal::float4 a_5 = metal::float4(0.0);
     metal::float4 p0_ = metal::float4(0.0);
     metal::float4 p1_ = metal::float4(0.0);
     metal::float4 p2_ = metal::float4(0.0);
@@ -724,8 +934,8 @@ metal::float4 partial1_(
     uint rb_4 = p.row_bytes;
     uint nch_2 = naga_div(rb_4 + 15u, 16u);
     uint _e11 = p.o;
-    uint last = _e11 - 1u;
-    metal::uint4 rr_1 = metal::uint4(row0_1, metal::min(row0_1 + 1u, last), metal::min(row0_1 + 2u, last), metal::min(row0_1 + 3u, last));
+    uint last_1 = _e11 - 1u;
+    metal::uint4 rr_1 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     float _e25 = scale_f32_(rr_1.x, sc, _buffer_sizes);
     float _e26 = scaled(_e25);
     float _e28 = scale_f32_(rr_1.y, sc, _buffer_sizes);
@@ -734,17 +944,17 @@ metal::float4 partial1_(
     float _e32 = scaled(_e31);
     float _e34 = scale_f32_(rr_1.w, sc, _buffer_sizes);
     float _e35 = scaled(_e34);
-    metal::float4 d_3 = metal::float4(_e26, _e29, _e32, _e35);
+    metal::float4 d_4 = metal::float4(_e26, _e29, _e32, _e35);
     if (false) {
         uint _e45 = p.reserved0_;
-        local_2 = _e45 == 1u;
+        local_5 = _e45 == 1u;
     } else {
-        local_2 = false;
+        local_5 = false;
     }
-    bool _e49 = local_2;
+    bool _e49 = local_5;
     if (_e49) {
         metal::float4 _e50 = partial1_i8_(rr_1, lid_3, wq, xv, p, _buffer_sizes);
-        return _e50 * d_3;
+        return _e50 * d_4;
     }
     c_6 = lid_3;
     bool loop_init_9 = true;
@@ -765,22 +975,22 @@ metal::float4 partial1_(
             if (false) {
                 uint _e77 = c_6;
                 uint xi_1 = 4u * _e77;
-                metal::float4 _e79 = a_2;
+                metal::float4 _e79 = a_5;
                 metal::float4 _e91 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
                 metal::float4 _e92 = i8dotx4_(metal::uint4(_e71.v0_.x, _e71.v1_.x, _e71.v2_.x, _e71.v3_.x), _e91);
-                a_2 = _e79 + _e92;
-                metal::float4 _e94 = a_2;
+                a_5 = _e79 + _e92;
+                metal::float4 _e94 = a_5;
                 metal::float4 _e108 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
                 metal::float4 _e109 = i8dotx4_(metal::uint4(_e71.v0_.y, _e71.v1_.y, _e71.v2_.y, _e71.v3_.y), _e108);
-                a_2 = _e94 + _e109;
-                metal::float4 _e111 = a_2;
+                a_5 = _e94 + _e109;
+                metal::float4 _e111 = a_5;
                 metal::float4 _e125 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
                 metal::float4 _e126 = i8dotx4_(metal::uint4(_e71.v0_.z, _e71.v1_.z, _e71.v2_.z, _e71.v3_.z), _e125);
-                a_2 = _e111 + _e126;
-                metal::float4 _e128 = a_2;
+                a_5 = _e111 + _e126;
+                metal::float4 _e128 = a_5;
                 metal::float4 _e142 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
                 metal::float4 _e143 = i8dotx4_(metal::uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
-                a_2 = _e128 + _e143;
+                a_5 = _e128 + _e143;
             } else {
                 uint _e145 = c_6;
                 X8_ _e146 = x8_(_e145, xv, _buffer_sizes);
@@ -804,10 +1014,115 @@ metal::float4 partial1_(
         metal::float4 _e173 = p1_;
         metal::float4 _e176 = p2_;
         metal::float4 _e179 = p3_;
-        a_2 = metal::float4(metal::dot(_e170, NIB_POS), metal::dot(_e173, NIB_POS), metal::dot(_e176, NIB_POS), metal::dot(_e179, NIB_POS));
+        a_5 = metal::float4(metal::dot(_e170, NIB_POS), metal::dot(_e173, NIB_POS), metal::dot(_e176, NIB_POS), metal::dot(_e179, NIB_POS));
     }
-    metal::float4 _e183 = a_2;
-    return _e183 * d_3;
+    metal::float4 _e183 = a_5;
+    return _e183 * d_4;
+}
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_3,
+    uint lid_4,
+    device type_2 const& wq,
+    device type_3 const& sc,
+    device type_6 const& xv,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    AccB a_6 = {};
+    uint c_7 = {};
+    uint k_5 = {};
+    uint rb_5 = p.row_bytes;
+    uint nch_3 = naga_div(rb_5 + 15u, 16u);
+    metal::uint4 _e9 = rows_b(row0_3, p);
+    float _e11 = scale_f32_(_e9.x, sc, _buffer_sizes);
+    float _e12 = scaled(_e11);
+    float _e14 = scale_f32_(_e9.y, sc, _buffer_sizes);
+    float _e15 = scaled(_e14);
+    float _e17 = scale_f32_(_e9.z, sc, _buffer_sizes);
+    float _e18 = scaled(_e17);
+    float _e20 = scale_f32_(_e9.w, sc, _buffer_sizes);
+    float _e21 = scaled(_e20);
+    metal::float4 d_5 = metal::float4(_e12, _e15, _e18, _e21);
+    c_7 = lid_4;
+    bool loop_init_10 = true;
+    while(true) {
+        if (!loop_init_10) {
+            uint _e115 = c_7;
+            c_7 = _e115 + WG;
+        }
+        loop_init_10 = false;
+        uint _e25 = c_7;
+        if (_e25 < nch_3) {
+        } else {
+            break;
+        }
+        {
+            uint _e27 = c_7;
+            Rows4_ _e28 = rows4_(_e9, _e27, rb_5, wq, _buffer_sizes);
+            k_5 = 0u;
+            bool loop_init_11 = true;
+            while(true) {
+                if (!loop_init_11) {
+                    uint _e113 = k_5;
+                    k_5 = _e113 + 1u;
+                }
+                loop_init_11 = false;
+                uint _e31 = k_5;
+                if (_e31 < 4u) {
+                } else {
+                    break;
+                }
+                {
+                    uint _e35 = k_5;
+                    uint _e38 = k_5;
+                    uint _e41 = k_5;
+                    uint _e44 = k_5;
+                    metal::uint4 w_10 = metal::uint4(_e28.v0_[metal::min(unsigned(_e35), 3u)], _e28.v1_[metal::min(unsigned(_e38), 3u)], _e28.v2_[metal::min(unsigned(_e41), 3u)], _e28.v3_[metal::min(unsigned(_e44), 3u)]);
+                    if (false) {
+                        metal::float4 _e52 = i8v(w_10.x);
+                        metal::float4 _e54 = i8v(w_10.y);
+                        metal::float4 _e56 = i8v(w_10.z);
+                        metal::float4 _e58 = i8v(w_10.w);
+                        uint _e61 = c_7;
+                        uint _e64 = k_5;
+                        accb(a_6, Q4_ {_e52, _e54, _e56, _e58}, (16u * _e61) + (4u * _e64), xv, p, _buffer_sizes);
+                    } else {
+                        uint _e68 = c_7;
+                        uint _e71 = k_5;
+                        uint i_3 = (32u * _e68) + (8u * _e71);
+                        metal::float4 o = metal::float4(8.0);
+                        metal::uint4 _e77 = nibbles_lo(w_10.x);
+                        metal::float4 _e78 = u2f(_e77);
+                        metal::uint4 _e81 = nibbles_lo(w_10.y);
+                        metal::float4 _e82 = u2f(_e81);
+                        metal::uint4 _e85 = nibbles_lo(w_10.z);
+                        metal::float4 _e86 = u2f(_e85);
+                        metal::uint4 _e89 = nibbles_lo(w_10.w);
+                        metal::float4 _e90 = u2f(_e89);
+                        accb(a_6, Q4_ {_e78 - o, _e82 - o, _e86 - o, _e90 - o}, i_3, xv, p, _buffer_sizes);
+                        metal::uint4 _e94 = nibbles_hi(w_10.x);
+                        metal::float4 _e95 = u2f(_e94);
+                        metal::uint4 _e98 = nibbles_hi(w_10.y);
+                        metal::float4 _e99 = u2f(_e98);
+                        metal::uint4 _e102 = nibbles_hi(w_10.z);
+                        metal::float4 _e103 = u2f(_e102);
+                        metal::uint4 _e106 = nibbles_hi(w_10.w);
+                        metal::float4 _e107 = u2f(_e106);
+                        accb(a_6, Q4_ {_e95 - o, _e99 - o, _e103 - o, _e107 - o}, i_3 + 4u, xv, p, _buffer_sizes);
+                    }
+                }
+            }
+        }
+    }
+    AccB _e118 = a_6;
+    AccB _e119 = scaleb(_e118, d_5);
+    return _e119;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -828,7 +1143,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_12& red
+, threadgroup type_13& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -839,104 +1154,213 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
+    float v = {};
+    uint m_1 = {};
+    bool local_3 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
+    uint row0_4 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_2 >= _e15) {
+    if (row0_4 >= _e15) {
         return;
     }
-    if (true) {
-        bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        metal::float4 _e31 = partial1_(row0_2, lid, wq, sc, xv, p, _buffer_sizes);
-        metal::float4 unnamed = metal::simd_sum(_e31);
+    bool _e28 = local;
+    if (_e28) {
+        bool _e31 = fastb();
+        local_1 = _e31;
+    } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        AccB _e34 = partialb(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        bool loop_init_12 = true;
+        while(true) {
+            if (!loop_init_12) {
+                uint _e152 = j;
+                j = _e152 + 1u;
+            }
+            loop_init_12 = false;
+            uint _e37 = j;
+            if (_e37 < 1u) {
+            } else {
+                break;
+            }
+            {
+                m = 0u;
+                bool loop_init_13 = true;
+                while(true) {
+                    if (!loop_init_13) {
+                        uint _e102 = m;
+                        m = _e102 + 1u;
+                    }
+                    loop_init_13 = false;
+                    uint _e47 = m;
+                    if (_e47 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        metal::float4 _e55 = accb_at(_e34, (4u * _e51) + _e53);
+                        metal::float4 unnamed = metal::simd_sum(_e55);
+                        if (sgi == 0u) {
+                            uint _e61 = m;
+                            red.inner[metal::min(unsigned(((4u * _e61) * 32u) + sgid), 511u)] = unnamed.x;
+                            uint _e70 = m;
+                            red.inner[metal::min(unsigned((((4u * _e70) + 1u) * 32u) + sgid), 511u)] = unnamed.y;
+                            uint _e81 = m;
+                            red.inner[metal::min(unsigned((((4u * _e81) + 2u) * 32u) + sgid), 511u)] = unnamed.z;
+                            uint _e92 = m;
+                            red.inner[metal::min(unsigned((((4u * _e92) + 3u) * 32u) + sgid), 511u)] = unnamed.w;
+                        }
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+                uint _e105 = j;
+                uint s_5 = (4u * _e105) + (lid >> 2u);
+                uint row_1 = row0_4 + (lid & 3u);
+                if (lid < 16u) {
+                    local_2 = s_5 < S;
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_14 = true;
+                    while(true) {
+                        if (!loop_init_14) {
+                            uint _e137 = m_1;
+                            m_1 = _e137 + 1u;
+                        }
+                        loop_init_14 = false;
+                        uint _e125 = m_1;
+                        if (_e125 < nsg) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red.inner[metal::min(unsigned((lid * 32u) + _e131), 511u)];
+                            v = _e127 + _e134;
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if (row_1 < _e141) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y[metal::min(unsigned((s_5 * _e146) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+            }
+        }
+        return;
+    }
+    if (true) {
+        bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        metal::float4 _e168 = partial1_(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
+        metal::float4 unnamed_1 = metal::simd_sum(_e168);
         if (sgi == 0u) {
-            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
-            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
-            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
-            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed_1.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed_1.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed_1.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed_1.w;
         }
     } else {
-        bool loop_init_10 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_10) {
-                uint _e71 = k;
-                k = _e71 + 1u;
+            if (!loop_init_15) {
+                uint _e208 = k;
+                k = _e208 + 1u;
             }
-            loop_init_10 = false;
-            uint _e55 = k;
-            if (_e55 < 16u) {
+            loop_init_15 = false;
+            uint _e192 = k;
+            if (_e192 < 16u) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+                uint _e196 = k;
+                acc.inner[metal::min(unsigned(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t.inner[metal::min(unsigned(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u.inner[metal::min(unsigned(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_11 = true;
+        partial(row0_4, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_11) {
-                uint _e91 = k_1;
-                k_1 = _e91 + 1u;
+            if (!loop_init_16) {
+                uint _e228 = k_1;
+                k_1 = _e228 + 1u;
             }
-            loop_init_11 = false;
-            uint _e75 = k_1;
-            if (_e75 < 4u) {
+            loop_init_16 = false;
+            uint _e212 = k_1;
+            if (_e212 < 4u) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                float unnamed_1 = metal::simd_sum(_e80);
+                uint _e215 = k_1;
+                float _e217 = acc.inner[metal::min(unsigned(_e215), 15u)];
+                float unnamed_2 = metal::simd_sum(_e217);
                 if (sgi == 0u) {
-                    uint _e85 = k_1;
-                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                    uint _e222 = k_1;
+                    red.inner[metal::min(unsigned((_e222 * 32u) + sgid), 511u)] = unnamed_2;
                 }
             }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_12 = true;
+        bool loop_init_17 = true;
         while(true) {
-            if (!loop_init_12) {
-                uint _e110 = m;
-                m = _e110 + 1u;
+            if (!loop_init_17) {
+                uint _e247 = m_2;
+                m_2 = _e247 + 1u;
             }
-            loop_init_12 = false;
-            uint _e98 = m;
-            if (_e98 < nsg) {
+            loop_init_17 = false;
+            uint _e235 = m_2;
+            if (_e235 < nsg) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
-                v = _e100 + _e107;
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red.inner[metal::min(unsigned((lid * 32u) + _e241), 511u)];
+                v_1 = _e237 + _e244;
             }
         }
-        uint row_1 = row0_2 + naga_div(lid, S);
-        uint _e117 = p.o;
-        if (row_1 < _e117) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e128;
+        uint row_2 = row0_4 + naga_div(lid, S);
+        uint _e254 = p.o;
+        if (row_2 < _e254) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e261) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e265;
             return;
         } else {
             return;

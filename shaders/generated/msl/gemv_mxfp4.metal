@@ -33,6 +33,24 @@ typedef float type_7[1];
 struct type_8 {
     float inner[16];
 };
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
 struct type_10 {
     metal::uint4 inner[4];
 };
@@ -70,17 +88,17 @@ uint bytes4_(
 }
 
 uint keep_before(
-    uint v_1,
+    uint v,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::uint4 load16_(
@@ -89,13 +107,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_1 = {};
+    bool local_3 = {};
     if ((b_2 & 15u) == 0u) {
-        local_1 = (b_2 + 16u) <= end_1;
+        local_3 = (b_2 + 16u) <= end_1;
     } else {
-        local_1 = false;
+        local_3 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_3;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -124,9 +142,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_1
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_1 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 nibbles_lo(
@@ -255,11 +273,67 @@ metal::float4 e2m1v(
     metal::uint4 n_1
 ) {
     metal::uint4 e_1 = (n_1 >> metal::uint4(1u)) & metal::uint4(3u);
-    metal::uint4 m_2 = n_1 & metal::uint4(1u);
-    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_2 << metal::uint4(22u)));
-    metal::float4 _e21 = u2f(m_2);
+    metal::uint4 m_3 = n_1 & metal::uint4(1u);
+    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_3 << metal::uint4(22u)));
+    metal::float4 _e21 = u2f(m_3);
     metal::float4 mag = metal::select(normal, _e21 * 0.5, e_1 == metal::uint4(0u));
     return metal::select(mag, -(mag), (n_1 & metal::uint4(8u)) != metal::uint4(0u));
+}
+
+metal::float4 accb_at(
+    AccB a,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
 }
 
 uint naga_div(uint lhs, uint rhs) {
@@ -278,7 +352,7 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint c = {};
-    type_10 v_3 = {};
+    type_10 v_2 = {};
     uint r_1 = {};
     uint r_2 = {};
     uint k_4 = {};
@@ -299,7 +373,7 @@ void partial(
             break;
         }
         {
-            v_3 = type_10 {};
+            v_2 = type_10 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -322,7 +396,7 @@ void partial(
                         uint _e31 = r_1;
                         uint _e34 = c;
                         metal::uint4 _e38 = load16_(base + (16u * _e34), base + rb, wq, _buffer_sizes);
-                        v_3.inner[metal::min(unsigned(_e31), 3u)] = _e38;
+                        v_2.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
@@ -343,9 +417,9 @@ void partial(
                 }
                 {
                     uint _e50 = r_2;
-                    uint row = row0_ + _e50;
+                    uint row_1 = row0_ + _e50;
                     uint _e54 = p.o;
-                    if (row < _e54) {
+                    if (row_1 < _e54) {
                         k_4 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
@@ -362,7 +436,7 @@ void partial(
                             {
                                 uint _e61 = r_2;
                                 uint _e63 = k_4;
-                                uint w_2 = v_3.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(_e63), 3u)];
+                                uint w_2 = v_2.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(_e63), 3u)];
                                 uint _e67 = k_4;
                                 metal::uint4 _e70 = nibbles_lo(w_2);
                                 metal::float4 _e71 = e2m1v(_e70);
@@ -376,7 +450,7 @@ void partial(
                         uint _e83 = r_2;
                         uint _e85 = c;
                         uint _e86 = group(_e85, ng);
-                        uint _e88 = scale_byte((row * ng) + _e86, sc, _buffer_sizes);
+                        uint _e88 = scale_byte((row_1 * ng) + _e86, sc, _buffer_sizes);
                         float _e89 = ue8m0_(_e88, p);
                         float _e90 = scaled(_e89);
                         fold(_e83, _e90, acc, t);
@@ -398,6 +472,100 @@ metal::float4 partial1_(
     uint lid_2
 ) {
     return metal::float4(0.0);
+}
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_2,
+    uint lid_3
+) {
+    AccB a_1 = {};
+    AccB _e3 = a_1;
+    return _e3;
+}
+
+void reduce16_(
+    uint lid_4,
+    uint n_2,
+    uint row,
+    uint s_4,
+    bool keep,
+    device type_7& y,
+    constant Params& p,
+    threadgroup type_11& red,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float part = 0.0;
+    uint m_1 = 0u;
+    float v_3 = 0.0;
+    uint m_2 = 0u;
+    bool local_4 = {};
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint kk = lid_4 >> 3u;
+    if (kk < n_2) {
+        bool loop_init_6 = true;
+        while(true) {
+            if (!loop_init_6) {
+                uint _e30 = m_1;
+                m_1 = _e30 + 1u;
+            }
+            loop_init_6 = false;
+            uint _e12 = m_1;
+            if (_e12 < 16u) {
+            } else {
+                break;
+            }
+            {
+                float _e15 = part;
+                uint _e24 = m_1;
+                float _e27 = red.inner[metal::min(unsigned(((kk * WG) + ((lid_4 & 7u) * 16u)) + _e24), 2047u)];
+                part = _e15 + _e27;
+            }
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    float _e34 = part;
+    red.inner[metal::min(unsigned(lid_4), 2047u)] = _e34;
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lid_4 < n_2) {
+        bool loop_init_7 = true;
+        while(true) {
+            if (!loop_init_7) {
+                uint _e53 = m_2;
+                m_2 = _e53 + 1u;
+            }
+            loop_init_7 = false;
+            uint _e40 = m_2;
+            if (_e40 < 8u) {
+            } else {
+                break;
+            }
+            {
+                float _e43 = v_3;
+                uint _e47 = m_2;
+                float _e50 = red.inner[metal::min(unsigned((lid_4 * 8u) + _e47), 2047u)];
+                v_3 = _e43 + _e50;
+            }
+        }
+        if (keep) {
+            uint _e59 = p.o;
+            local_4 = row < _e59;
+        } else {
+            local_4 = false;
+        }
+        bool _e62 = local_4;
+        if (_e62) {
+            uint _e66 = p.o;
+            float _e70 = v_3;
+            y[metal::min(unsigned((s_4 * _e66) + row), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e70;
+        }
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    return;
 }
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
@@ -426,131 +594,135 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float part = 0.0;
-    uint m = 0u;
-    float v = 0.0;
-    uint m_1 = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e12 = p.o;
-    if (row0_2 >= _e12) {
+    if (row0_3 >= _e12) {
         return;
     }
-    if (true) {
-        bool _e25 = fast1_();
-        local = _e25;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e27 = local;
-    if (_e27) {
-        metal::float4 _e28 = partial1_(row0_2, lid);
-        red.inner[metal::min(unsigned(lid), 2047u)] = _e28.x;
-        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e28.y;
-        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e28.z;
-        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e28.w;
+    bool _e25 = local;
+    if (_e25) {
+        bool _e28 = fastb();
+        local_1 = _e28;
     } else {
-        bool loop_init_6 = true;
-        while(true) {
-            if (!loop_init_6) {
-                uint _e65 = k;
-                k = _e65 + 1u;
-            }
-            loop_init_6 = false;
-            uint _e49 = k;
-            if (_e49 < 16u) {
-            } else {
-                break;
-            }
-            {
-                uint _e53 = k;
-                acc.inner[metal::min(unsigned(_e53), 15u)] = 0.0;
-                uint _e57 = k;
-                t.inner[metal::min(unsigned(_e57), 15u)] = 0.0;
-                uint _e61 = k;
-                u.inner[metal::min(unsigned(_e61), 15u)] = 0.0;
-            }
-        }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_7 = true;
-        while(true) {
-            if (!loop_init_7) {
-                uint _e82 = k_1;
-                k_1 = _e82 + 1u;
-            }
-            loop_init_7 = false;
-            uint _e69 = k_1;
-            if (_e69 < 4u) {
-            } else {
-                break;
-            }
-            {
-                uint _e72 = k_1;
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                red.inner[metal::min(unsigned((_e72 * WG) + lid), 2047u)] = _e80;
-            }
-        }
+        local_1 = false;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    uint kk = lid >> 3u;
-    if (kk < 4u) {
+    bool _e30 = local_1;
+    if (_e30) {
+        AccB _e31 = partialb(row0_3, lid);
         bool loop_init_8 = true;
         while(true) {
             if (!loop_init_8) {
-                uint _e109 = m;
-                m = _e109 + 1u;
+                uint _e111 = j;
+                j = _e111 + 1u;
             }
             loop_init_8 = false;
-            uint _e91 = m;
-            if (_e91 < 16u) {
+            uint _e34 = j;
+            if (_e34 < 1u) {
             } else {
                 break;
             }
             {
-                float _e94 = part;
-                uint _e103 = m;
-                float _e106 = red.inner[metal::min(unsigned(((kk * WG) + ((lid & 7u) * 16u)) + _e103), 2047u)];
-                part = _e94 + _e106;
+                m = 0u;
+                bool loop_init_9 = true;
+                while(true) {
+                    if (!loop_init_9) {
+                        uint _e96 = m;
+                        m = _e96 + 1u;
+                    }
+                    loop_init_9 = false;
+                    uint _e44 = m;
+                    if (_e44 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e48 = j;
+                        uint _e50 = m;
+                        metal::float4 _e52 = accb_at(_e31, (4u * _e48) + _e50);
+                        uint _e55 = m;
+                        red.inner[metal::min(unsigned(((4u * _e55) * WG) + lid), 2047u)] = _e52.x;
+                        uint _e64 = m;
+                        red.inner[metal::min(unsigned((((4u * _e64) + 1u) * WG) + lid), 2047u)] = _e52.y;
+                        uint _e75 = m;
+                        red.inner[metal::min(unsigned((((4u * _e75) + 2u) * WG) + lid), 2047u)] = _e52.z;
+                        uint _e86 = m;
+                        red.inner[metal::min(unsigned((((4u * _e86) + 3u) * WG) + lid), 2047u)] = _e52.w;
+                    }
+                }
+                uint _e99 = j;
+                uint s_5 = (4u * _e99) + (lid >> 2u);
+                reduce16_(lid, 16u, row0_3 + (lid & 3u), s_5, s_5 < S, y, p, red, _buffer_sizes);
             }
         }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    float _e113 = part;
-    red.inner[metal::min(unsigned(lid), 2047u)] = _e113;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lid < 4u) {
-        bool loop_init_9 = true;
-        while(true) {
-            if (!loop_init_9) {
-                uint _e132 = m_1;
-                m_1 = _e132 + 1u;
-            }
-            loop_init_9 = false;
-            uint _e119 = m_1;
-            if (_e119 < 8u) {
-            } else {
-                break;
-            }
-            {
-                float _e122 = v;
-                uint _e126 = m_1;
-                float _e129 = red.inner[metal::min(unsigned((lid * 8u) + _e126), 2047u)];
-                v = _e122 + _e129;
-            }
-        }
-        uint row_1 = row0_2 + naga_div(lid, S);
-        uint _e139 = p.o;
-        if (row_1 < _e139) {
-            uint _e146 = p.o;
-            float _e150 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e146) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
-            return;
-        } else {
-            return;
-        }
-    } else {
         return;
     }
+    if (true) {
+        bool _e124 = fast1_();
+        local_2 = _e124;
+    } else {
+        local_2 = false;
+    }
+    bool _e126 = local_2;
+    if (_e126) {
+        metal::float4 _e127 = partial1_(row0_3, lid);
+        red.inner[metal::min(unsigned(lid), 2047u)] = _e127.x;
+        red.inner[metal::min(unsigned(WG + lid), 2047u)] = _e127.y;
+        red.inner[metal::min(unsigned(256u + lid), 2047u)] = _e127.z;
+        red.inner[metal::min(unsigned(384u + lid), 2047u)] = _e127.w;
+    } else {
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e164 = k;
+                k = _e164 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e148 = k;
+            if (_e148 < 16u) {
+            } else {
+                break;
+            }
+            {
+                uint _e152 = k;
+                acc.inner[metal::min(unsigned(_e152), 15u)] = 0.0;
+                uint _e156 = k;
+                t.inner[metal::min(unsigned(_e156), 15u)] = 0.0;
+                uint _e160 = k;
+                u.inner[metal::min(unsigned(_e160), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_11 = true;
+        while(true) {
+            if (!loop_init_11) {
+                uint _e181 = k_1;
+                k_1 = _e181 + 1u;
+            }
+            loop_init_11 = false;
+            uint _e168 = k_1;
+            if (_e168 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e171 = k_1;
+                uint _e177 = k_1;
+                float _e179 = acc.inner[metal::min(unsigned(_e177), 15u)];
+                red.inner[metal::min(unsigned((_e171 * WG) + lid), 2047u)] = _e179;
+            }
+        }
+    }
+    reduce16_(lid, 4u, row0_3 + naga_div(lid, S), naga_mod(lid, S), true, y, p, red, _buffer_sizes);
+    return;
 }

@@ -33,6 +33,24 @@ typedef float type_7[1];
 struct type_8 {
     float inner[16];
 };
+struct AccB {
+    metal::float4 a0_;
+    metal::float4 a1_;
+    metal::float4 a2_;
+    metal::float4 a3_;
+    metal::float4 a4_;
+    metal::float4 a5_;
+    metal::float4 a6_;
+    metal::float4 a7_;
+    metal::float4 a8_;
+    metal::float4 a9_;
+    metal::float4 a10_;
+    metal::float4 a11_;
+    metal::float4 a12_;
+    metal::float4 a13_;
+    metal::float4 a14_;
+    metal::float4 a15_;
+};
 struct type_10 {
     metal::uint4 inner[4];
 };
@@ -70,17 +88,17 @@ uint bytes4_(
 }
 
 uint keep_before(
-    uint v_1,
+    uint v_2,
     uint b_1,
     uint end
 ) {
     if ((b_1 + 4u) <= end) {
-        return v_1;
+        return v_2;
     }
     if (b_1 >= end) {
         return 0u;
     }
-    return v_1 & ((1u << (8u * (end - b_1))) - 1u);
+    return v_2 & ((1u << (8u * (end - b_1))) - 1u);
 }
 
 metal::uint4 load16_(
@@ -89,13 +107,13 @@ metal::uint4 load16_(
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    bool local_1 = {};
+    bool local_4 = {};
     if ((b_2 & 15u) == 0u) {
-        local_1 = (b_2 + 16u) <= end_1;
+        local_4 = (b_2 + 16u) <= end_1;
     } else {
-        local_1 = false;
+        local_4 = false;
     }
-    bool _e12 = local_1;
+    bool _e12 = local_4;
     if (_e12) {
         metal::uint4 _e17 = wq[metal::min(unsigned(b_2 >> 4u), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e17;
@@ -124,9 +142,9 @@ metal::float4 x4_(
 }
 
 metal::float4 u2f(
-    metal::uint4 v_2
+    metal::uint4 v_3
 ) {
-    return as_type<metal::float4>(v_2 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
+    return as_type<metal::float4>(v_3 | metal::uint4(1258291200u)) - metal::float4(8388608.0);
 }
 
 metal::uint4 nibbles_lo(
@@ -255,11 +273,67 @@ metal::float4 e2m1v(
     metal::uint4 n_1
 ) {
     metal::uint4 e_1 = (n_1 >> metal::uint4(1u)) & metal::uint4(3u);
-    metal::uint4 m_1 = n_1 & metal::uint4(1u);
-    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_1 << metal::uint4(22u)));
-    metal::float4 _e21 = u2f(m_1);
+    metal::uint4 m_3 = n_1 & metal::uint4(1u);
+    metal::float4 normal = as_type<metal::float4>(((e_1 + metal::uint4(126u)) << metal::uint4(23u)) | (m_3 << metal::uint4(22u)));
+    metal::float4 _e21 = u2f(m_3);
     metal::float4 mag = metal::select(normal, _e21 * 0.5, e_1 == metal::uint4(0u));
     return metal::select(mag, -(mag), (n_1 & metal::uint4(8u)) != metal::uint4(0u));
+}
+
+metal::float4 accb_at(
+    AccB a,
+    uint s_3
+) {
+    switch(s_3) {
+        case 0u: {
+            return a.a0_;
+        }
+        case 1u: {
+            return a.a1_;
+        }
+        case 2u: {
+            return a.a2_;
+        }
+        case 3u: {
+            return a.a3_;
+        }
+        case 4u: {
+            return a.a4_;
+        }
+        case 5u: {
+            return a.a5_;
+        }
+        case 6u: {
+            return a.a6_;
+        }
+        case 7u: {
+            return a.a7_;
+        }
+        case 8u: {
+            return a.a8_;
+        }
+        case 9u: {
+            return a.a9_;
+        }
+        case 10u: {
+            return a.a10_;
+        }
+        case 11u: {
+            return a.a11_;
+        }
+        case 12u: {
+            return a.a12_;
+        }
+        case 13u: {
+            return a.a13_;
+        }
+        case 14u: {
+            return a.a14_;
+        }
+        default: {
+            return a.a15_;
+        }
+    }
 }
 
 uint naga_div(uint lhs, uint rhs) {
@@ -278,7 +352,7 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint c = {};
-    type_10 v_3 = {};
+    type_10 v_4 = {};
     uint r_1 = {};
     uint r_2 = {};
     uint k_4 = {};
@@ -299,7 +373,7 @@ void partial(
             break;
         }
         {
-            v_3 = type_10 {};
+            v_4 = type_10 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
@@ -322,7 +396,7 @@ void partial(
                         uint _e31 = r_1;
                         uint _e34 = c;
                         metal::uint4 _e38 = load16_(base + (16u * _e34), base + rb, wq, _buffer_sizes);
-                        v_3.inner[metal::min(unsigned(_e31), 3u)] = _e38;
+                        v_4.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
@@ -362,7 +436,7 @@ void partial(
                             {
                                 uint _e61 = r_2;
                                 uint _e63 = k_4;
-                                uint w_2 = v_3.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(_e63), 3u)];
+                                uint w_2 = v_4.inner[metal::min(unsigned(_e61), 3u)][metal::min(unsigned(_e63), 3u)];
                                 uint _e67 = k_4;
                                 metal::uint4 _e70 = nibbles_lo(w_2);
                                 metal::float4 _e71 = e2m1v(_e70);
@@ -399,6 +473,20 @@ metal::float4 partial1_(
 ) {
     return metal::float4(0.0);
 }
+
+bool fastb(
+) {
+    return false;
+}
+
+AccB partialb(
+    uint row0_2,
+    uint lid_3
+) {
+    AccB a_1 = {};
+    AccB _e3 = a_1;
+    return _e3;
+}
 uint naga_mod(uint lhs, uint rhs) {
     return lhs % metal::select(rhs, 1u, rhs == 0u);
 }
@@ -429,104 +517,213 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     bool local = {};
+    bool local_1 = {};
+    uint j = 0u;
+    uint m = {};
+    bool local_2 = {};
+    float v = {};
+    uint m_1 = {};
+    bool local_3 = {};
     uint k = 0u;
     uint k_1 = 0u;
-    float v = 0.0;
-    uint m = 0u;
-    uint row0_2 = (wid.x + (wid.y * nwg.x)) * ROWS;
+    float v_1 = 0.0;
+    uint m_2 = 0u;
+    uint row0_3 = (wid.x + (wid.y * nwg.x)) * ROWS;
     uint _e15 = p.o;
-    if (row0_2 >= _e15) {
+    if (row0_3 >= _e15) {
         return;
     }
-    if (true) {
-        bool _e28 = fast1_();
-        local = _e28;
+    if (false) {
+        local = true;
     } else {
         local = false;
     }
-    bool _e30 = local;
-    if (_e30) {
-        metal::float4 _e31 = partial1_(row0_2, lid);
-        metal::float4 unnamed = metal::simd_sum(_e31);
-        if (sgi == 0u) {
-            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed.x;
-            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed.y;
-            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed.z;
-            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed.w;
-        }
+    bool _e28 = local;
+    if (_e28) {
+        bool _e31 = fastb();
+        local_1 = _e31;
     } else {
+        local_1 = false;
+    }
+    bool _e33 = local_1;
+    if (_e33) {
+        AccB _e34 = partialb(row0_3, lid);
         bool loop_init_6 = true;
         while(true) {
             if (!loop_init_6) {
-                uint _e71 = k;
-                k = _e71 + 1u;
+                uint _e152 = j;
+                j = _e152 + 1u;
             }
             loop_init_6 = false;
-            uint _e55 = k;
-            if (_e55 < 16u) {
+            uint _e37 = j;
+            if (_e37 < 1u) {
             } else {
                 break;
             }
             {
-                uint _e59 = k;
-                acc.inner[metal::min(unsigned(_e59), 15u)] = 0.0;
-                uint _e63 = k;
-                t.inner[metal::min(unsigned(_e63), 15u)] = 0.0;
-                uint _e67 = k;
-                u.inner[metal::min(unsigned(_e67), 15u)] = 0.0;
+                m = 0u;
+                bool loop_init_7 = true;
+                while(true) {
+                    if (!loop_init_7) {
+                        uint _e102 = m;
+                        m = _e102 + 1u;
+                    }
+                    loop_init_7 = false;
+                    uint _e47 = m;
+                    if (_e47 < 4u) {
+                    } else {
+                        break;
+                    }
+                    {
+                        uint _e51 = j;
+                        uint _e53 = m;
+                        metal::float4 _e55 = accb_at(_e34, (4u * _e51) + _e53);
+                        metal::float4 unnamed = metal::simd_sum(_e55);
+                        if (sgi == 0u) {
+                            uint _e61 = m;
+                            red.inner[metal::min(unsigned(((4u * _e61) * 32u) + sgid), 511u)] = unnamed.x;
+                            uint _e70 = m;
+                            red.inner[metal::min(unsigned((((4u * _e70) + 1u) * 32u) + sgid), 511u)] = unnamed.y;
+                            uint _e81 = m;
+                            red.inner[metal::min(unsigned((((4u * _e81) + 2u) * 32u) + sgid), 511u)] = unnamed.z;
+                            uint _e92 = m;
+                            red.inner[metal::min(unsigned((((4u * _e92) + 3u) * 32u) + sgid), 511u)] = unnamed.w;
+                        }
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+                uint _e105 = j;
+                uint s_4 = (4u * _e105) + (lid >> 2u);
+                uint row_1 = row0_3 + (lid & 3u);
+                if (lid < 16u) {
+                    local_2 = s_4 < S;
+                } else {
+                    local_2 = false;
+                }
+                bool _e120 = local_2;
+                if (_e120) {
+                    v = 0.0;
+                    m_1 = 0u;
+                    bool loop_init_8 = true;
+                    while(true) {
+                        if (!loop_init_8) {
+                            uint _e137 = m_1;
+                            m_1 = _e137 + 1u;
+                        }
+                        loop_init_8 = false;
+                        uint _e125 = m_1;
+                        if (_e125 < nsg) {
+                        } else {
+                            break;
+                        }
+                        {
+                            float _e127 = v;
+                            uint _e131 = m_1;
+                            float _e134 = red.inner[metal::min(unsigned((lid * 32u) + _e131), 511u)];
+                            v = _e127 + _e134;
+                        }
+                    }
+                    uint _e141 = p.o;
+                    if (row_1 < _e141) {
+                        uint _e146 = p.o;
+                        float _e150 = v;
+                        y[metal::min(unsigned((s_4 * _e146) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
+                    }
+                }
+                metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
             }
         }
-        partial(row0_2, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_7 = true;
+        return;
+    }
+    if (true) {
+        bool _e165 = fast1_();
+        local_3 = _e165;
+    } else {
+        local_3 = false;
+    }
+    bool _e167 = local_3;
+    if (_e167) {
+        metal::float4 _e168 = partial1_(row0_3, lid);
+        metal::float4 unnamed_1 = metal::simd_sum(_e168);
+        if (sgi == 0u) {
+            red.inner[metal::min(unsigned(sgid), 511u)] = unnamed_1.x;
+            red.inner[metal::min(unsigned(32u + sgid), 511u)] = unnamed_1.y;
+            red.inner[metal::min(unsigned(64u + sgid), 511u)] = unnamed_1.z;
+            red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed_1.w;
+        }
+    } else {
+        bool loop_init_9 = true;
         while(true) {
-            if (!loop_init_7) {
-                uint _e91 = k_1;
-                k_1 = _e91 + 1u;
+            if (!loop_init_9) {
+                uint _e208 = k;
+                k = _e208 + 1u;
             }
-            loop_init_7 = false;
-            uint _e75 = k_1;
-            if (_e75 < 4u) {
+            loop_init_9 = false;
+            uint _e192 = k;
+            if (_e192 < 16u) {
             } else {
                 break;
             }
             {
-                uint _e78 = k_1;
-                float _e80 = acc.inner[metal::min(unsigned(_e78), 15u)];
-                float unnamed_1 = metal::simd_sum(_e80);
+                uint _e196 = k;
+                acc.inner[metal::min(unsigned(_e196), 15u)] = 0.0;
+                uint _e200 = k;
+                t.inner[metal::min(unsigned(_e200), 15u)] = 0.0;
+                uint _e204 = k;
+                u.inner[metal::min(unsigned(_e204), 15u)] = 0.0;
+            }
+        }
+        partial(row0_3, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
+        bool loop_init_10 = true;
+        while(true) {
+            if (!loop_init_10) {
+                uint _e228 = k_1;
+                k_1 = _e228 + 1u;
+            }
+            loop_init_10 = false;
+            uint _e212 = k_1;
+            if (_e212 < 4u) {
+            } else {
+                break;
+            }
+            {
+                uint _e215 = k_1;
+                float _e217 = acc.inner[metal::min(unsigned(_e215), 15u)];
+                float unnamed_2 = metal::simd_sum(_e217);
                 if (sgi == 0u) {
-                    uint _e85 = k_1;
-                    red.inner[metal::min(unsigned((_e85 * 32u) + sgid), 511u)] = unnamed_1;
+                    uint _e222 = k_1;
+                    red.inner[metal::min(unsigned((_e222 * 32u) + sgid), 511u)] = unnamed_2;
                 }
             }
         }
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_8 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_8) {
-                uint _e110 = m;
-                m = _e110 + 1u;
+            if (!loop_init_11) {
+                uint _e247 = m_2;
+                m_2 = _e247 + 1u;
             }
-            loop_init_8 = false;
-            uint _e98 = m;
-            if (_e98 < nsg) {
+            loop_init_11 = false;
+            uint _e235 = m_2;
+            if (_e235 < nsg) {
             } else {
                 break;
             }
             {
-                float _e100 = v;
-                uint _e104 = m;
-                float _e107 = red.inner[metal::min(unsigned((lid * 32u) + _e104), 511u)];
-                v = _e100 + _e107;
+                float _e237 = v_1;
+                uint _e241 = m_2;
+                float _e244 = red.inner[metal::min(unsigned((lid * 32u) + _e241), 511u)];
+                v_1 = _e237 + _e244;
             }
         }
-        uint row_1 = row0_2 + naga_div(lid, S);
-        uint _e117 = p.o;
-        if (row_1 < _e117) {
-            uint _e124 = p.o;
-            float _e128 = v;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e124) + row_1), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e128;
+        uint row_2 = row0_3 + naga_div(lid, S);
+        uint _e254 = p.o;
+        if (row_2 < _e254) {
+            uint _e261 = p.o;
+            float _e265 = v_1;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e261) + row_2), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e265;
             return;
         } else {
             return;

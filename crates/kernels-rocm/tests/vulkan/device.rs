@@ -211,7 +211,7 @@ fn many_backends_one_after_another_share_one_instance() {
 
 /// An fp8 NaN code (0x7F / 0xFF) poisons its whole row, as in the oracle, on the S = 1
 /// path (which decodes ordinary words without looking for NaN bytes one by one) and the
-/// general one; the other rows stay finite.
+/// S > 1 batch path (4 rows a workgroup, S = 2 and 16); the other rows stay finite.
 #[test]
 fn an_fp8_nan_code_poisons_its_row() {
     let Some(b) = backend() else { return };
@@ -238,7 +238,7 @@ fn an_fp8_nan_code_poisons_its_row() {
     )
     .unwrap();
     let d = b.upload(&bad.view()).unwrap();
-    for s in [1usize, 2] {
+    for s in [1usize, 2, 16] {
         let x = activations(&mut rng, s, cols);
         let y = b.gemv(&d, &x, s).unwrap();
         for k in 0..s {
@@ -252,8 +252,9 @@ fn an_fp8_nan_code_poisons_its_row() {
 
 /// Every E4M3 code but NaN decodes exactly on the S = 1 path (binary16 decode: the 14
 /// subnormal codes become binary16 subnormals, which a driver that flushed them in
-/// unpack2x16float would zero) and the general one: row 0 holds all 254 codes, row 1 only
-/// the subnormal ones, so a flush or a wrong bit shows on its own.
+/// unpack2x16float would zero) and the S > 1 batch path (S = 2 and 16, the same decode):
+/// row 0 holds all 254 codes, row 1 only the subnormal ones, so a flush or a wrong bit
+/// shows on its own.
 #[test]
 fn every_fp8_code_decodes_exactly() {
     use quant_core::oracle::{reference_gemm, worst_error};
@@ -290,7 +291,7 @@ fn every_fp8_code_decodes_exactly() {
     )
     .unwrap();
     let d = b.upload(&t.view()).unwrap();
-    for s in [1usize, 2] {
+    for s in [1usize, 2, 16] {
         let x = activations(&mut rng, s, cols);
         let r = reference_gemm(&t.view(), &x, s);
         let y = b.gemv(&d, &x, s).unwrap();
