@@ -1242,6 +1242,22 @@ __device__ __forceinline__ void fuse_split(const MArgs& a) {
 }
 #endif
 
+// Split-K range of the 16-row GEMV (layout.rs `rows_split_range` is its twin): split z of
+// n takes k-blocks [z per, min((z + 1) per, nkb)), per = ceil(nkb / n) rounded up to a
+// multiple of the block's warps (so each warp gets the same count in every full split);
+// a split past the row's end is empty (its partial is zero).
+TS_DEV void mma_split_range(i64 nkb, int nwarps, int z, int n, i64& lo, i64& hi) {
+    if (n <= 1) {
+        lo = 0;
+        hi = nkb;
+        return;
+    }
+    i64 per = (nkb + n - 1) / n;
+    per = (per + nwarps - 1) / nwarps * nwarps;
+    lo = (i64)z * per < nkb ? (i64)z * per : nkb;
+    hi = lo + per < nkb ? lo + per : nkb;
+}
+
 // acc[l][nt][q] (+)= this warp's share of the 16-row tile at r0: k-blocks warp,
 // warp + nwarps, ... C layout: q = 0, 1: row g, columns 2t, 2t+1 of n-tile nt (activation
 // 4nt + t, hi and lo parts); q = 2, 3: row g + 8. Scales of groups, tiles and blocks, and
@@ -1250,9 +1266,13 @@ __device__ __forceinline__ void fuse_split(const MArgs& a) {
 // Software pipeline: the weights and scale words of the next U k-blocks are in flight
 // while the current U are decoded and multiplied, so DRAM latency is never waited on in
 // the steady state.
+//
+// Split-K (`split` of `nsplit`, -DTS_MMA_SPLITK): the warp's block takes only the row's
+// k-blocks [split per, (split + 1) per), per = ceil(nkb / nsplit) rounded up to whole
+// rounds of the block's warps (`mma_split_range`); nsplit = 1 is the whole row.
 template <int FMT, int GS, int S, int CBT, int L>
 TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
-                     float (&acc)[L][MmaShape<S>::NT][4]) {
+                     float (&acc)[L][MmaShape<S>::NT][4], int split = 0, int nsplit = 1) {
     typedef MmaFmt<FMT> F;
     enum {
         NT = MmaShape<S>::NT,
@@ -1274,16 +1294,17 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int q = 0; q < 4; ++q) acc[l][nt][q] = 0.0f;
-    const i64 nkb = mma_kblocks<FMT, CBT>(a);
+    i64 klo, khi;
+    mma_split_range(mma_kblocks<FMT, CBT>(a), nwarps, split, nsplit, klo, khi);
     // The warp's k-blocks: interleaved (warp, warp + nwarps, ...: the block's warps read
     // neighbouring bytes of a row at once), or with -DTS_MMA_CONTIG one contiguous range of
     // whole stages per warp (each warp streams its own run of every row).
 #ifdef TS_MMA_CONTIG
-    const i64 per = (nkb + (i64)nwarps * U - 1) / ((i64)nwarps * U) * U;
-    const i64 kbeg = (i64)warp * per, kend = kbeg + per < nkb ? kbeg + per : nkb;
+    const i64 per = (khi - klo + (i64)nwarps * U - 1) / ((i64)nwarps * U) * U;
+    const i64 kbeg = klo + (i64)warp * per, kend = kbeg + per < khi ? kbeg + per : khi;
     const i64 ustep = 1, stride = U;
 #else
-    const i64 kbeg = warp, kend = nkb;
+    const i64 kbeg = klo + warp, kend = khi;
     const i64 ustep = nwarps, stride = (i64)nwarps * U;
 #endif
 
@@ -2256,16 +2277,35 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long l
 #ifndef TS_MMA_MIN_BLOCKS
 #define TS_MMA_MIN_BLOCKS (TS_S <= 4 ? 3 : 2)
 #endif
+//
+// Split-K (-DTS_MMA_SPLITK, `Tuning::mma_split_k`): two more parameters (float* ws,
+// unsigned* cnt) and gridDim.z = splits. Block (x, z) takes split z of its 16 rows' k-blocks
+// (`mma_split_range`), writes its partial outputs (1/p and row scale applied: the sum is
+// linear) to ws [splits, S, O]; the last block of row block x to arrive (an atomic counter
+// per row block in cnt, zero before the launch, reset by that block) sums the splits in z
+// order (deterministic) and writes y: every output written once, in one launch, as the
+// split-K tile GEMV does. So a one-wave grid of long blocks becomes several waves of short
+// ones. Measured on the H200 (docs/CUDA.md, session 5 round 2): slower at every split and
+// shape (each block's fixed latency outweighs the tail it hides), so it is off by default.
+#ifdef TS_MMA_SPLITK
+#define TS_MMA_SPLIT_PARAMS , float *__restrict__ ws, unsigned *__restrict__ cnt
+#define TS_MMA_SPLIT_ARGS , ws, cnt
+#else
+#define TS_MMA_SPLIT_PARAMS
+#define TS_MMA_SPLIT_ARGS
+#endif
 #define TS_MMA_KERNEL_(S_)                                                                                       \
     extern "C" __global__ void __launch_bounds__(32 * TS_MMA_WARPS, TS_MMA_MIN_BLOCKS) gemv_mma_s##S_(          \
         const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xh,                         \
-        const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int x_stride, int sc_row) {   \
-        gemv_mma_body<S_>(w, sc, xh, xa, y, row_bytes, O, x_stride, sc_row);                                    \
+        const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int x_stride,                 \
+        int sc_row TS_MMA_SPLIT_PARAMS) {                                                                        \
+        gemv_mma_body<S_>(w, sc, xh, xa, y, row_bytes, O, x_stride, sc_row TS_MMA_SPLIT_ARGS);                  \
     }
 template <int S>
 __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8* __restrict__ sc,
                                               const u8* __restrict__ xh, const float* __restrict__ xa,
-                                              float* __restrict__ y, i64 row_bytes, int O, int x_stride, int sc_row) {
+                                              float* __restrict__ y, i64 row_bytes, int O, int x_stride,
+                                              int sc_row TS_MMA_SPLIT_PARAMS) {
     enum { NT = MmaShape<S>::NT };
     __shared__ float red[TS_MMA_WARPS][NT][4][32];
     MArgs a;
@@ -2292,7 +2332,15 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     enum { NCLS = MmaClasses<TS_FMT, TS_GS, TS_MMA>::N };
     pdl_launch();
     float acc[1][NT][4];
+#ifdef TS_MMA_SPLITK
+#ifdef TS_FUSE_SPLIT
+#error "split-K and the fused split are separate builds"
+#endif
+    const int nz = (int)gridDim.z, z = (int)blockIdx.z;
+    mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc, z, nz);
+#else
     mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc);
+#endif
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -2310,7 +2358,29 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
                 tot[0][nt][q] = v;
             }
         mma_class_sum<S, NCLS, 1>(tot);
-        pdl_wait();  // y may be read or written by the previous kernel
+        pdl_wait();  // y (and the split scratch) may be read or written by the previous kernel
+#ifdef TS_MMA_SPLITK
+        if (nz > 1) {
+            mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], ws + (i64)z * S * O);
+            // Publish the partial, then count this block in; the last one reduces.
+            __threadfence();
+            __syncwarp();
+            unsigned last = 0;
+            if (lane == 0) last = atomicAdd(cnt + blockIdx.x, 1u) == (unsigned)(nz - 1) ? 1u : 0u;
+            last = __shfl_sync(0xffffffffu, last, 0);
+            if (last == 0u) return;
+            __threadfence();
+            for (int k = lane; k < 16 * S; k += 32) {
+                const int row = r0 + (k & 15), s = k >> 4;
+                if (row >= O) continue;
+                float v = 0.0f;
+                for (int zz = 0; zz < nz; ++zz) v += __ldcg(ws + ((i64)zz * S + s) * O + row);
+                y[(i64)s * O + row] = v;
+            }
+            if (lane == 0) cnt[blockIdx.x] = 0u;  // ready for the next launch
+            return;
+        }
+#endif
         mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], y);
     }
 }

@@ -15,7 +15,8 @@
 //! or tile_prep + GEMV: the default),
 //! `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
 //! hint, 8-warp blocks everywhere); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
-//! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
+//! small grids too); `s4` (both: session 4's default); `k<n>` / `kauto` (the 16-row GEMV
+//! split over k n ways / by `layout::rows_splits`' rule); `diag1` / `diag2` (diagnostic
 //! builds, wrong results by design); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
 //! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
@@ -104,6 +105,22 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             resident_fused: name == "fused",
             ..Tuning::default()
         });
+    }
+    // "kauto": the 16-row GEMV split over k by layout::rows_splits' rule; "k<n>" (2..=8):
+    // every 16-row launch split n ways (`Tuning::mma_split_k`).
+    if let Some(k) = name.strip_prefix('k')
+        && (k == "auto" || k.parse::<u32>().is_ok())
+    {
+        let t = Tuning {
+            mma_split_k: Some(if k == "auto" {
+                0
+            } else {
+                k.parse().unwrap_or(1)
+            }),
+            ..Tuning::default()
+        };
+        t.check()?;
+        return Ok(t);
     }
     // "nopf": without the L2 prefetch hint of the 16-row GEMV's weight loads (session 4's
     // default kernel).

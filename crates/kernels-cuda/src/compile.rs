@@ -116,6 +116,15 @@ pub struct Tuning {
     /// int4-g64 resident 24.1 -> 30.6 us from a graph; it only tied or won by <= 1 us on
     /// grids of at most ~2 waves with I = 4096.
     pub resident_fused: bool,
+    /// Split-K of the 16-row tensor-core GEMV ([`Build::GemvMmaSplit`], gridDim.z =
+    /// splits, the last block of a row block sums the partials in z order): `None` runs
+    /// the unsplit kernel ([`Build::GemvMma`]); `Some(0)` splits by the rule of
+    /// [`crate::layout::rows_splits`]; `Some(n)`, n in 2..=8, splits every launch n ways
+    /// (benchmarks, tests); `Some(1)` is the same as `None`. Default `None`: on the H200
+    /// every split lost at S = 1 (docs/CUDA.md, session 5 round 2: int4-g64 [6144 x 16384]
+    /// 21.9 -> 26.7 us at 2 ways from a graph; the engine's step 2835 -> 2995 us with the
+    /// rule).
+    pub mma_split_k: Option<u32>,
     /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
     pub tile_warps: u32,
     /// Weight stages a tile-GEMV warp holds in registers (`TS_GEMM_WDEPTH`).
@@ -147,6 +156,7 @@ impl Default for Tuning {
             gemm_stages: 4,
             tiles_from_s: None,
             resident_fused: false,
+            mma_split_k: None,
             tile_warps: 8,
             tile_depth: 2,
             tile_min_blocks: 2,
@@ -173,6 +183,7 @@ impl Tuning {
             && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
             && (2..=8).contains(&self.gemm_stages)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
+            && self.mma_split_k.is_none_or(|n| n <= 8)
             && [2, 4, 8].contains(&self.tile_warps)
             && (1..=6).contains(&self.tile_depth)
             && (1..=4).contains(&self.tile_min_blocks)
@@ -207,6 +218,10 @@ pub enum Build {
     /// domain) and splits it into each block's dynamic shared memory
     /// ([`crate::layout::fused_split_smem`] bytes).
     GemvMmaFused(MmaKernel),
+    /// The tensor-core GEMV split over k (`-DTS_MMA=<chunk bytes> -DTS_MMA_SPLITK`),
+    /// `gemv_mma_s<S>` with two more parameters (partials scratch, arrival counters),
+    /// launched with gridDim.z = splits ([`Tuning::mma_split_k`]).
+    GemvMmaSplit(MmaKernel),
     /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
     Gemm { mma: MmaKernel, parts: u32 },
     /// The split-K tile GEMV for S <= 16: the GEMM kernel (`-DTS_GEMM=2`, hi + lo parts)
@@ -247,7 +262,9 @@ impl ModuleKey {
     pub fn function_name(&self) -> String {
         match &self.build {
             Build::Gemv => format!("gemv_s{}", self.s),
-            Build::GemvMma(_) | Build::GemvMmaFused(_) => format!("gemv_mma_s{}", self.s),
+            Build::GemvMma(_) | Build::GemvMmaFused(_) | Build::GemvMmaSplit(_) => {
+                format!("gemv_mma_s{}", self.s)
+            }
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
             Build::GemvTiles { .. } => "gemm_p2".to_string(),
             Build::TilePrep { .. } => "tile_prep".to_string(),
@@ -268,9 +285,12 @@ impl ModuleKey {
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_S={}", self.s));
             }
-            Build::GemvMma(m) | Build::GemvMmaFused(m) => {
+            Build::GemvMma(m) | Build::GemvMmaFused(m) | Build::GemvMmaSplit(m) => {
                 if matches!(self.build, Build::GemvMmaFused(_)) {
                     o.push("-DTS_FUSE_SPLIT".to_string());
+                }
+                if matches!(self.build, Build::GemvMmaSplit(_)) {
+                    o.push("-DTS_MMA_SPLITK".to_string());
                 }
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
                 o.push(format!("-DTS_GS={}", self.kernel.group));

@@ -276,17 +276,29 @@ fn check_prepared_for(
 impl CudaBackend {
     /// Opens device 0, or says why there is none. `TESSERA_CUDA_RESIDENT_FUSED=1` (or `0`)
     /// in the environment turns [`Tuning::resident_fused`] on (off) (engines measuring both
-    /// paths in one run; the results are the same).
+    /// paths in one run; the results are the same). Likewise `TESSERA_CUDA_SPLIT_K=off`,
+    /// `auto` or `<n>` (2..=8) sets [`Tuning::mma_split_k`] to `None`, `Some(0)` (the rule)
+    /// or `Some(n)`; any other value leaves the default.
     pub fn new() -> Result<CudaBackend, CudaError> {
         let resident_fused = match std::env::var("TESSERA_CUDA_RESIDENT_FUSED").as_deref() {
             Ok("1") => true,
             Ok("0") => false,
             _ => Tuning::default().resident_fused,
         };
+        let mma_split_k = match std::env::var("TESSERA_CUDA_SPLIT_K").as_deref() {
+            Ok("off") => None,
+            Ok("auto") => Some(0),
+            Ok(n) => match n.parse::<u32>() {
+                Ok(n) if (2..=8).contains(&n) => Some(n),
+                _ => Tuning::default().mma_split_k,
+            },
+            Err(_) => Tuning::default().mma_split_k,
+        };
         Self::open(
             None,
             Tuning {
                 resident_fused,
+                mma_split_k,
                 ..Tuning::default()
             },
         )
@@ -393,6 +405,7 @@ impl CudaBackend {
             // only in it share their modules.
             tuning: Tuning {
                 resident_fused: Tuning::default().resident_fused,
+                mma_split_k: Tuning::default().mma_split_k,
                 ..tuning.clone()
             },
         }
@@ -491,6 +504,15 @@ impl CudaBackend {
                                 let c = caps::rows_chunk(cap.kernel, m, s, 64);
                                 (t.mma_classes && c != m).then_some((Build::GemvMma(c), t.clone()))
                             }));
+                            // The split-K twins (built whenever the tuning may split).
+                            if t.mma_split_k.is_some_and(|n| n != 1) {
+                                builds.extend(cap.mma.map(|m| (Build::GemvMmaSplit(m), t.clone())));
+                                builds.extend(cap.mma.and_then(|m| {
+                                    let c = caps::rows_chunk(cap.kernel, m, s, 64);
+                                    (t.mma_classes && c != m)
+                                        .then_some((Build::GemvMmaSplit(c), t.clone()))
+                                }));
+                            }
                             // The resident path's fused-split twins.
                             if t.resident_fused && s <= 4 {
                                 builds.extend(cap.mma.map(|m| (Build::GemvMmaFused(m), t.clone())));
@@ -803,6 +825,19 @@ impl CudaBackend {
         };
         {
             let blocks = layout::mma_grid_blocks(w.rows)?;
+            let kblocks = layout::mma_kblocks(kernel.fmt, m.chunk_bytes, sh.row_bytes as usize);
+            let splits = layout::rows_splits(
+                tuning,
+                caps::nibble_codes(kernel.fmt),
+                blocks,
+                tuning.mma_warps,
+                kblocks,
+                s,
+                self.sms,
+            );
+            if splits > 1 {
+                return self.launch_rows_split(w, kernel, m, (xh, xa), s, y, tuning, splits);
+            }
             // Small grids: wider blocks (layout::rows_tuning).
             let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;
@@ -833,6 +868,114 @@ impl CudaBackend {
             unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
         }
         Ok(())
+    }
+
+    /// The 16-row GEMV split over k ([`Build::GemvMmaSplit`]): `splits` blocks a row block
+    /// (gridDim.z), each writing its partial to the split-K scratch the tile GEMV uses; the
+    /// last of a row block to finish sums them in z order into `y` (gemv.cu
+    /// `TS_MMA_SPLITK`). The block shape and PDL rules are those of the whole grid.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows_split(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+        splits: usize,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        let shape_err = |what: String| CudaError::Shape {
+            format: w.format,
+            what,
+        };
+        let blocks = layout::mma_grid_blocks(w.rows)?;
+        let z = u32::try_from(splits)
+            .ok()
+            .filter(|z| (1..=64).contains(z))
+            .ok_or_else(|| shape_err(format!("{splits} splits")))?;
+        let total = blocks
+            .checked_mul(z)
+            .ok_or_else(|| shape_err(format!("{blocks} x {z} blocks")))?;
+        let tuning = layout::rows_tuning(tuning, total, s, self.sms);
+        let f = self.function_of(self.key_tuned(kernel, Build::GemvMmaSplit(m), s, &tuning))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, z),
+            block_dim: (32 * tuning.mma_warps, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        let need = splits
+            .checked_mul(s)
+            .and_then(|v| v.checked_mul(w.rows))
+            .ok_or_else(|| shape_err("split-K scratch overflows".into()))?;
+        if scratch.partials.len() < need {
+            scratch.partials = self
+                .stream
+                .alloc_zeros::<f32>(need)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        if scratch.counters.len() < blocks as usize {
+            scratch.counters = self
+                .stream
+                .alloc_zeros::<u32>(blocks as usize)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        let SplitScratch { partials, counters } = &mut *scratch;
+        let st = &self.stream;
+        let during = "launching the split-K GEMV";
+        if tuning.pdl && layout::pdl_pays(total, self.sms) {
+            let (pw, _gw) = w.weights.device_ptr(st);
+            let (ps, _gs) = w.scales.device_ptr(st);
+            let (px, _gx) = xh.device_ptr(st);
+            let (pa, _ga) = xa.device_ptr(st);
+            let (py, _gy) = y.device_ptr(st);
+            let (pp, _gp) = partials.device_ptr(st);
+            let (pc, _gc) = counters.device_ptr(st);
+            let (mut pw, mut ps, mut px, mut pa, mut py, mut pp, mut pc) =
+                (pw, ps, px, pa, py, pp, pc);
+            let (mut rb, mut rows, mut xs, mut scr) =
+                (sh.row_bytes, sh.rows, sh.x_stride, sh.sc_row);
+            let mut params: [*mut std::ffi::c_void; 11] = [
+                (&raw mut pw).cast(),
+                (&raw mut ps).cast(),
+                (&raw mut px).cast(),
+                (&raw mut pa).cast(),
+                (&raw mut py).cast(),
+                (&raw mut rb).cast(),
+                (&raw mut rows).cast(),
+                (&raw mut xs).cast(),
+                (&raw mut scr).cast(),
+                (&raw mut pp).cast(),
+                (&raw mut pc).cast(),
+            ];
+            // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter
+            // types under -DTS_MMA_SPLITK (u8*, u8*, u16*, f32*, f32*, i64, i32, i32, i32,
+            // f32*, u32*), alive across the call; the buffers are those `launch_rows`
+            // documents, plus `partials` (at least splits x S x rows floats) and `counters`
+            // (one zeroed word per row block, reset by each launch's last block), grown
+            // above; the kernel waits (`griddepcontrol.wait`) before it touches y, the
+            // activations or the scratch; the device-pointer guards outlive the enqueue.
+            unsafe { self.launch_pdl(&f, cfg, &mut params) }.map_err(CudaError::driver(during))
+        } else {
+            let mut b = st.launch_builder(&f);
+            b.arg(&w.weights)
+                .arg(&w.scales)
+                .arg(xh)
+                .arg(xa)
+                .arg(y)
+                .arg(&sh.row_bytes)
+                .arg(&sh.rows)
+                .arg(&sh.x_stride)
+                .arg(&sh.sc_row)
+                .arg(partials)
+                .arg(counters);
+            // SAFETY: the same parameter list and buffers as the programmatic launch above.
+            unsafe { b.launch(cfg) }.map_err(CudaError::driver(during))?;
+            Ok(())
+        }
     }
 
     /// The resident 16-row GEMV with the split in its prologue ([`Build::GemvMmaFused`]):

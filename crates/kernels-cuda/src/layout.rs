@@ -136,6 +136,60 @@ pub fn rows_tuning(
     }
 }
 
+/// Splits over k of one 16-row tensor-core GEMV launch (gemv.cu `-DTS_MMA_SPLITK`) of
+/// `blocks` row blocks of `warps` warps, whose rows are `kblocks` k-blocks long, at batch
+/// `s`, for 4-bit codes when `nibbles`, on a device of `sms` SMs; 1 = unsplit.
+///
+/// `Tuning::mma_split_k`: `None` -> 1; `Some(n)`, n >= 1 -> n; `Some(0)` -> the rule: at
+/// S <= 4, 4-bit codes, a grid of at most one wave (3 blocks a SM, the S <= 4 register cap)
+/// whose warps each run at least 8 k-blocks (4 pipeline stages of two): the fewest splits
+/// (2..=4) that make at least two waves, but no more than leave each warp 4 k-blocks a
+/// split. The idea: a 4-bit warp runs only ~8 stages in one wave, so the wave's ramp and
+/// tail weigh twice what they do at 8 bits, and several waves of short blocks would overlap
+/// one block's tail with the next one's ramp. Measured on the H200 (docs/CUDA.md, session 5
+/// round 2, cuda3): every split lost, so `None` stays the default: from a graph, S = 1,
+/// int4-g64 [4096 x 14336] 14.4 -> 19.1-19.7 us, [6144 x 16384] 21.9 -> 26.7-29.8,
+/// [28672 x 4096] 26.1 -> 45.1-63.5; this rule (3 ways on the engine's down projection)
+/// took the engine's decode step 2835 -> 2995 us.
+pub fn rows_splits(
+    tuning: &Tuning,
+    nibbles: bool,
+    blocks: u32,
+    warps: u32,
+    kblocks: usize,
+    s: usize,
+    sms: usize,
+) -> usize {
+    match tuning.mma_split_k {
+        None => 1,
+        Some(n) if n >= 1 => n as usize,
+        Some(_) => {
+            let b = blocks as usize;
+            let slots = 3 * sms.max(1);
+            let per_warp = kblocks / warps.max(1) as usize;
+            if s > 4 || !nibbles || b > slots || per_warp < 8 {
+                return 1;
+            }
+            let most = (per_warp / 4).min(4);
+            (2..=most)
+                .find(|&n| b * n >= 2 * slots)
+                .unwrap_or(most.max(1))
+        }
+    }
+}
+
+/// The k-blocks [lo, hi) split `z` of `n` takes of a row of `kblocks` k-blocks in the
+/// 16-row GEMV of `warps` warps a block (gemv.cu `mma_split_range`, its twin): per =
+/// ceil(kblocks / n) rounded up to a multiple of `warps`; splits past the end are empty.
+pub fn rows_split_range(kblocks: usize, warps: usize, z: usize, n: usize) -> (usize, usize) {
+    if n <= 1 {
+        return (0, kblocks);
+    }
+    let per = kblocks.div_ceil(n).div_ceil(warps.max(1)) * warps.max(1);
+    let lo = (z * per).min(kblocks);
+    (lo, (lo + per).min(kblocks))
+}
+
 /// Largest dynamic shared memory of the fused-split 16-row GEMV ([`fused_split_smem`]):
 /// three 8-warp blocks a SM (the S <= 4 register cap) with their ~4 KB of static shared
 /// memory and the 1 KB the driver reserves a block still fit the H200's 228 KB a SM.
@@ -377,14 +431,20 @@ pub fn gemv_tiles(chunk_bytes: u32, nibbles: bool, s: usize) -> GemmLayout {
 /// Stages of one row in the GEMM kernel (gemv.cu `GemmShape::U` k-blocks each, a k-block
 /// being what `mma_kblocks` counts: 4 lanes x `chunk_bytes`, or half a 136-byte block).
 pub fn tile_stages(fmt: u32, chunk_bytes: u32, row_bytes: usize) -> usize {
+    let kblocks = mma_kblocks(fmt, chunk_bytes, row_bytes);
+    let per_stage = (16 / chunk_bytes as usize).max(1);
+    kblocks.div_ceil(per_stage)
+}
+
+/// k-blocks of a row of `row_bytes` in a tensor-core kernel of `chunk_bytes` chunks (gemv.cu
+/// `mma_kblocks`): a 136-byte affine block is two, else 4 chunks (one quad's load) are one.
+pub fn mma_kblocks(fmt: u32, chunk_bytes: u32, row_bytes: usize) -> usize {
     use crate::caps::fmt_id;
-    let kblocks = if matches!(fmt, fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C) {
+    if matches!(fmt, fmt_id::HFQ4 | fmt_id::MQ4_V2 | fmt_id::MQ4C) {
         (row_bytes / 136) * 2
     } else {
         row_bytes / (4 * chunk_bytes as usize)
-    };
-    let per_stage = (16 / chunk_bytes as usize).max(1);
-    kblocks.div_ceil(per_stage)
+    }
 }
 
 /// Splits of the row for a tile-GEMV launch of `row_blocks` blocks: enough to reach
@@ -659,6 +719,49 @@ mod tests {
         assert!(gemm_activations(&x, s, xs, &GemmLayout { nt: 0, ..one }).is_err());
         assert!(split_activations(&x, s + 1, xs, true).is_err());
         assert_eq!(g1[one.offset(2, 5, one.tiles(s))], h[2 * 2 * xs + 5]);
+    }
+
+    #[test]
+    fn rows_split_ranges_cover_the_row_once_in_order() {
+        for (kb, warps, n) in [
+            (112, 8, 3),
+            (112, 8, 4),
+            (128, 8, 3),
+            (32, 12, 2),
+            (5, 8, 4),
+            (0, 8, 2),
+        ] {
+            let mut next = 0;
+            for z in 0..n {
+                let (lo, hi) = rows_split_range(kb, warps, z, n);
+                assert_eq!(lo, next.min(kb), "{kb} {warps} {n} {z}");
+                assert!(lo <= hi && hi <= kb);
+                next = hi;
+            }
+            assert_eq!(next, kb, "{kb} {warps} {n}");
+        }
+        assert_eq!(rows_split_range(112, 8, 0, 1), (0, 112));
+    }
+
+    #[test]
+    fn rows_splits_follow_the_tuning_and_the_rule() {
+        let t = |k| Tuning {
+            mma_split_k: k,
+            ..Tuning::default()
+        };
+        // Off by default; forced counts as given.
+        assert_eq!(rows_splits(&t(None), true, 256, 8, 112, 1, 132), 1);
+        assert_eq!(rows_splits(&t(Some(3)), false, 2000, 8, 32, 16, 132), 3);
+        // The rule: [4096 x 14336] int4 (256 blocks, 112 k-blocks): 14 a warp, at most 3
+        // splits; [6144 x 16384] (384 blocks, 128): 3; I = 4096 rows (32) stay whole, as do
+        // 8-bit codes, S > 4 and grids of more than one wave.
+        let auto = t(Some(0));
+        assert_eq!(rows_splits(&auto, true, 256, 8, 112, 1, 132), 3);
+        assert_eq!(rows_splits(&auto, true, 384, 8, 128, 1, 132), 3);
+        assert_eq!(rows_splits(&auto, true, 384, 8, 32, 1, 132), 1);
+        assert_eq!(rows_splits(&auto, false, 384, 8, 128, 1, 132), 1);
+        assert_eq!(rows_splits(&auto, true, 384, 8, 128, 8, 132), 1);
+        assert_eq!(rows_splits(&auto, true, 1792, 8, 128, 1, 132), 1);
     }
 
     #[test]

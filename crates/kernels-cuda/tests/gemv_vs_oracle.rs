@@ -75,6 +75,31 @@ fn plain_rows(b: &CudaBackend) -> Tuning {
     }
 }
 
+/// The backend's tuning with the 16-row GEMV split over k `n` ways on every launch
+/// (`Tuning::mma_split_k`), with programmatic dependent launch or without.
+fn split_rows(b: &CudaBackend, n: u32, pdl: bool) -> Tuning {
+    Tuning {
+        mma_split_k: Some(n),
+        pdl,
+        ..b.tuning().clone()
+    }
+}
+
+/// Compiles up front, on all cores, the GEMV builds `run` needs at `batches`: the
+/// backend's and `plain_rows`' everywhere, the split-K ones at S <= 4 (where `run` checks
+/// them: the split serves small S; it is off by default, docs/CUDA.md).
+fn warm_gemv(b: &CudaBackend, formats: &[Format], batches: &[usize]) {
+    warm(|| b.prewarm_tuned(formats, batches, &[b.tuning().clone(), plain_rows(b)]));
+    let small: Vec<usize> = batches.iter().copied().filter(|&s| s <= 4).collect();
+    warm(|| {
+        b.prewarm_tuned(
+            formats,
+            &small,
+            &[split_rows(b, 2, true), split_rows(b, 3, false)],
+        )
+    });
+}
+
 /// y of one GEMV through `path` with `tuning`'s kernels, into a poisoned output.
 fn gemv_tuned(
     b: &CudaBackend,
@@ -138,6 +163,22 @@ fn run(
                     Ok(e) => worst = worst.max(e),
                     Err(msg) => failures.push(format!("{msg} (MmaRows, own chunk, plain launch)")),
                 }
+                // Split over k at S <= 4 (2 ways with PDL, 3 with a plain launch; on the
+                // suite's short rows some splits are empty): partials, last-block reduction,
+                // scratch reuse.
+                let splits: &[(u32, bool)] = if s <= 4 {
+                    &[(2, true), (3, false)]
+                } else {
+                    &[]
+                };
+                for &(n, pdl) in splits {
+                    let y = gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &split_rows(b, n, pdl))
+                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                    match check(&t, &x, s, &y) {
+                        Ok(e) => worst = worst.max(e),
+                        Err(msg) => failures.push(format!("{msg} (MmaRows, split-K {n})")),
+                    }
+                }
             }
         }
     }
@@ -155,13 +196,7 @@ fn every_format_matches_the_oracle() {
     );
     // Each test compiles exactly its own builds, on all cores, before it starts (a mutation
     // run executes one or two tests, and should not compile the others' builds).
-    warm(|| {
-        b.prewarm_tuned(
-            &formats_under_test(),
-            &S_LIST,
-            &[b.tuning().clone(), plain_rows(b)],
-        )
-    });
+    warm_gemv(b, &formats_under_test(), &S_LIST);
     let mut failures = Vec::new();
     for format in formats_under_test() {
         let (worst, f) = run(b, format, &shapes(format), &S_LIST, seed);
@@ -199,11 +234,17 @@ fn resident_launch_matches_the_oracle() {
         resident_fused: false,
         ..b.tuning().clone()
     };
+    // tile_prep, then the 16-row GEMV split over k (3 ways, PDL), at S <= 4.
+    let split = Tuning {
+        resident_fused: false,
+        mma_split_k: Some(3),
+        ..b.tuning().clone()
+    };
     warm(|| {
         b.prewarm_tuned(
             &formats_under_test(),
             &batches,
-            &[fused.clone(), unfused.clone()],
+            &[fused.clone(), unfused.clone(), split.clone()],
         )
     });
     let mut failures = Vec::new();
@@ -228,8 +269,12 @@ fn resident_launch_matches_the_oracle() {
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
                 let xd = b.stream().clone_htod(&xp).expect("upload x");
-                for (name, tuning) in [("fused", &fused), ("tile_prep", &unfused)] {
-                    if name == "tile_prep" && s > 4 {
+                for (name, tuning) in [
+                    ("fused", &fused),
+                    ("tile_prep", &unfused),
+                    ("split-K", &split),
+                ] {
+                    if name != "fused" && s > 4 {
                         continue; // S > 4 never fuses: the first pass ran this path
                     }
                     let mut y = b.poisoned_output(&dt, s).expect("output");
@@ -266,7 +311,7 @@ fn every_batch_from_1_to_16() {
     let seed = run_seed();
     println!("seed {seed}");
     let batches: Vec<usize> = (1..=16).collect();
-    warm(|| b.prewarm(&EVERY_BATCH_FORMATS, &batches));
+    warm_gemv(b, &EVERY_BATCH_FORMATS, &batches);
     let mut failures = Vec::new();
     for format in EVERY_BATCH_FORMATS {
         if !formats_under_test().contains(&format) {

@@ -378,6 +378,17 @@ fn every_format_matches_the_oracle_with_12_warps() {
     every_format_matches_the_oracle_with("warps12", &["TS_MMA_WARPS=12"]);
 }
 
+/// The 16-row tensor-core GEMV split over k (`Build::GemvMmaSplit`,
+/// `Tuning::mma_split_k`): each row block's k-blocks in 2, 3 or 4 splits (`mma_split_range`;
+/// on these short rows some splits are empty), each partial stored, then summed in z order
+/// as the kernel's last block does; 3 also with 12-warp blocks.
+#[test]
+fn every_format_matches_the_oracle_split_over_k() {
+    every_format_matches_the_oracle_with("splitk2", &["TS_EMU_SPLITK=2"]);
+    every_format_matches_the_oracle_with("splitk3w12", &["TS_EMU_SPLITK=3", "TS_MMA_WARPS=12"]);
+    every_format_matches_the_oracle_with("splitk4", &["TS_EMU_SPLITK=4"]);
+}
+
 /// The resident path's fused split (`Build::GemvMmaFused`, S <= 4): x split by the kernel
 /// source's own `split_p` / `fuse_split_group` into the interleaved layout its x loads read
 /// (`x_group`), with and without 12 warps.

@@ -104,21 +104,42 @@ extern "C" int ts_emu_gemv(int fmt, int gs, int S, const u8* w, i64 wlen, const 
 
 // ---- the tensor-core kernel: each block's warps in turn, each warp's 32 lanes at once ----
 
+// -DTS_EMU_SPLITK=<n> runs the split-K build's schedule (gemv.cu TS_MMA_SPLITK): each row
+// block's k-blocks in n splits (`mma_split_range`), each split's partial stored by
+// `mma_store` into its own [S, O] slice, then summed in z order into y, as the kernel's last
+// block does.
+#ifndef TS_EMU_SPLITK
+#define TS_EMU_SPLITK 1
+#endif
 template <int FMT, int GS, int CBT, int S>
 static void run_mma(const MArgs& a, float* y) {
-    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N };
+    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N, NZ = TS_EMU_SPLITK };
+    float* ws = NZ > 1 ? (float*)std::calloc((size_t)NZ * S * a.O, sizeof(float)) : nullptr;
     for (int r0 = 0; r0 < a.O; r0 += 16) {
-        float tot[32][NT][4] = {};
-        for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
-            float acc[32][NT][4];
-            mma_warp<FMT, GS, S, CBT, 32>(a, r0, warp, TS_MMA_WARPS, 0, acc);
-            for (int lane = 0; lane < 32; ++lane)
-                for (int nt = 0; nt < NT; ++nt)
-                    for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
+        for (int z = 0; z < NZ; ++z) {
+            float tot[32][NT][4] = {};
+            for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
+                float acc[32][NT][4];
+                mma_warp<FMT, GS, S, CBT, 32>(a, r0, warp, TS_MMA_WARPS, 0, acc, z, NZ);
+                for (int lane = 0; lane < 32; ++lane)
+                    for (int nt = 0; nt < NT; ++nt)
+                        for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
+            }
+            mma_class_sum<S, NCLS, 32>(tot);
+            float* dst = NZ > 1 ? ws + (i64)z * S * a.O : y;
+            for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, r0, lane, tot[lane], dst);
         }
-        mma_class_sum<S, NCLS, 32>(tot);
-        for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, r0, lane, tot[lane], y);
+        if (NZ > 1) {
+            for (int k = 0; k < 16 * S; ++k) {
+                const int row = r0 + (k & 15), s = k >> 4;
+                if (row >= a.O) continue;
+                float v = 0.0f;
+                for (int z = 0; z < NZ; ++z) v += ws[((i64)z * S + s) * a.O + row];
+                y[(i64)s * a.O + row] = v;
+            }
+        }
     }
+    std::free(ws);
 }
 
 // S = S_ when the build exists: group classes (MmaClasses) need 2 S N <= 8.
