@@ -413,3 +413,37 @@ fn fp8_scalar_twin_computes_the_rounded_product() {
         }
     }
 }
+
+/// fp8's four-row S = 1 body (rows past ONE_ROW_MAX_COLS), with groups of four that cross a
+/// 128-row scale band (rows 124..132 start at 125: the group at 125 crosses) and a partial
+/// last chunk.
+#[test]
+fn fp8_long_rows_four_at_a_time_match_the_rounded_product() {
+    if !has_int8_activations(Format::Fp8E4m3B128) {
+        eprintln!("skipped: this CPU has no AVX-512 BF16 + VBMI (fp8 runs the exact kernel)");
+        return;
+    }
+    let mut rng = Rng::new(23);
+    let (rows, cols) = (133, ONE_ROW_MAX_COLS + 200 + 7);
+    let w = weights(&mut rng, rows, cols);
+    for f in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        let t = encode(f, rows, cols, &w, &EncodeOptions::default()).expect("encode");
+        let x = activations(&mut rng, 1, cols);
+        let (yh, magh) = rounded_reference(&t.view(), &x, 1);
+        for row0 in [0, 1] {
+            let acts = QActs::new(QLayout::Bf16, &x, 1, cols);
+            let n = rows - row0;
+            let mut y = vec![POISON; n];
+            let level = SimdLevel::detect();
+            fp8_bf16::FP8.dot_rows(level, &t.view(), &acts, row0, n, &mut y);
+            for (r, &got) in y.iter().enumerate() {
+                let o = row0 + r;
+                assert!(
+                    (got as f64 - yh[o]).abs() <= ACCUMULATION * magh[o],
+                    "{f} row {o} (start {row0}): {got} vs {}",
+                    yh[o]
+                );
+            }
+        }
+    }
+}
