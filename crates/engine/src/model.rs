@@ -650,10 +650,7 @@ impl Model {
         let (Some(res), Some((_, tensors))) = (&self.resident, self.backend.cuda()) else {
             return Ok(None);
         };
-        let uploaded = tensors
-            .iter()
-            .try_fold(0usize, |acc, t| acc.checked_add(t.stored_bytes()))
-            .ok_or_else(|| EngineError::Input("weight bytes overflow".into()))?;
+        let uploaded = crate::resident::sum_stored_bytes(tensors)?;
         Ok(Some((uploaded, res.weight_bytes(tensors)?)))
     }
 

@@ -10,7 +10,8 @@
 //! Since no kernel argument changes from one step to the next, a generation's second step
 //! captures its launches into a CUDA graph (everything from the embedding row's arrival to
 //! the argmax), and each later step is the two uploads, one graph launch and the read-back:
-//! one host call instead of ~390 launches of 3-6 us each. The graph belongs to the
+//! one host call instead of ~390 launches (2.9 ms of host enqueue a step on the H200,
+//! docs/PERF.md). The graph belongs to the
 //! generation's [`ResidentState`] (its arguments point into that state's buffers and the
 //! GEMVs' scratch, which nothing reallocates while the generation runs, since it alone uses
 //! the backend). `TESSERA_CUDA_GRAPH=0` or [`Resident::set_graph`] launches the same kernels
@@ -42,6 +43,16 @@ use kernels_cuda::resident::{AttentionShape, DecodeKernels, RopeArgs};
 use kernels_cuda::{CudaBackend, CudaError, DeviceTensor};
 use std::cell::Cell;
 use std::sync::Arc;
+
+/// The stored bytes (codes and sidecars) of `tensors`, checked against overflow.
+pub(crate) fn sum_stored_bytes<'a>(
+    tensors: impl IntoIterator<Item = &'a DeviceTensor>,
+) -> Result<usize> {
+    tensors
+        .into_iter()
+        .try_fold(0usize, |acc, t| acc.checked_add(t.stored_bytes()))
+        .ok_or_else(|| EngineError::Input("weight bytes overflow".into()))
+}
 
 fn err(e: CudaError) -> EngineError {
     EngineError::Backend {
@@ -488,11 +499,11 @@ impl Resident {
             lins.extend(l.gate_up.linears());
             lins.extend([&l.o, &l.down]);
         }
-        lins.into_iter().try_fold(0usize, |acc, lin| {
-            let b = tensor(tensors, lin)?.stored_bytes();
-            acc.checked_add(b)
-                .ok_or_else(|| EngineError::Input("weight bytes overflow".into()))
-        })
+        let read: Vec<&DeviceTensor> = lins
+            .into_iter()
+            .map(|lin| tensor(tensors, lin))
+            .collect::<Result<_>>()?;
+        sum_stored_bytes(read)
     }
 
     /// Turns the CUDA graph replay of [`Resident::step`] on or off (from the next step on;

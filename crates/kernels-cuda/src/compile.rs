@@ -74,9 +74,8 @@ pub struct Tuning {
     /// k-blocks (`TS_MMA_CONTIG`) instead of every `mma_warps`-th one.
     pub mma_contig: bool,
     /// L2 prefetch-size hint of the 16-row tensor-core GEMV's weight loads in bytes
-    /// (`TS_L2PF`: 128 or 256); 0: none (session 4's kernel). Default 128: on the H200 it
-    /// took fp8 / int8-row S = 1 at [6144 x 16384] from 75% to 84-85% of the copy bandwidth
-    /// (docs/CUDA.md, session 5).
+    /// (`TS_L2PF`: 128 or 256); 0: none (session 4's kernel). Default 128: faster on the
+    /// H200 for fp8 / int8-row at S = 1 (figures: docs/CUDA.md, "Measured, session 5").
     pub mma_l2_prefetch: u32,
     /// Warps per block of the 16-row tensor-core GEMV at S <= 4 on grids of at most two
     /// blocks a SM (O <= 32 SMs), with 2 blocks a SM (the same register cap); `None`:
@@ -110,20 +109,16 @@ pub struct Tuning {
     /// `gemv_launch_resident` on the 16-row tensor-core GEMV at S <= 4 splits the
     /// activations inside the GEMV ([`Build::GemvMmaFused`]: each block into its shared
     /// memory, where [`crate::layout::fused_split_smem`] admits the shape): one launch
-    /// instead of `tile_prep` + GEMV. Default `false`: on the H200 (docs/CUDA.md, session 5
-    /// round 2) every block's prologue (all of x from L2, split, two barriers) cost more
-    /// than the launch it saves: the engine's decode step 2.83 -> 2.98 ms, [6144 x 16384]
-    /// int4-g64 resident 24.1 -> 30.6 us from a graph; it only tied or won by <= 1 us on
-    /// grids of at most ~2 waves with I = 4096.
+    /// instead of `tile_prep` + GEMV. Default `false`: on the H200 every block's prologue
+    /// (all of x from L2, split, two barriers) cost more than the launch it saves, in the
+    /// engine's step and on the large grids (figures: docs/CUDA.md, session 5 round 2).
     pub resident_fused: bool,
     /// Split-K of the 16-row tensor-core GEMV ([`Build::GemvMmaSplit`], gridDim.z =
     /// splits, the last block of a row block sums the partials in z order): `None` runs
     /// the unsplit kernel ([`Build::GemvMma`]); `Some(0)` splits by the rule of
     /// [`crate::layout::rows_splits`]; `Some(n)`, n in 2..=8, splits every launch n ways
     /// (benchmarks, tests); `Some(1)` is the same as `None`. Default `None`: on the H200
-    /// every split lost at S = 1 (docs/CUDA.md, session 5 round 2: int4-g64 [6144 x 16384]
-    /// 21.9 -> 26.7 us at 2 ways from a graph; the engine's step 2835 -> 2995 us with the
-    /// rule).
+    /// every split lost at S = 1 (figures: docs/CUDA.md, session 5 round 2).
     pub mma_split_k: Option<u32>,
     /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
     pub tile_warps: u32,

@@ -111,8 +111,8 @@ pub const PREP_COLS: usize = 2048;
 /// `sms` SMs: `tuning` itself, or, where it asks for it (`Tuning::mma_small_grid_warps`)
 /// and the grid has at most two blocks a SM at S <= 4, that many warps a block with 2
 /// blocks a SM. A one-wave grid of 8-warp blocks leaves such SMs with 16 warps or fewer in
-/// flight; 12 took [4096 x 14336] fp8 / int8-row S = 1 from 21.6 / 21.3 to 19.5 / 19.4 us
-/// queued on the H200, and lost 1-8 us on the larger grids (docs/CUDA.md, session 5).
+/// flight; 12 won on such grids on the H200 and lost on the larger ones (figures:
+/// docs/CUDA.md, session 5).
 pub fn rows_tuning(
     tuning: &Tuning,
     blocks: u32,
@@ -147,10 +147,8 @@ pub fn rows_tuning(
 /// split. The idea: a 4-bit warp runs only ~8 stages in one wave, so the wave's ramp and
 /// tail weigh twice what they do at 8 bits, and several waves of short blocks would overlap
 /// one block's tail with the next one's ramp. Measured on the H200 (docs/CUDA.md, session 5
-/// round 2, cuda3): every split lost, so `None` stays the default: from a graph, S = 1,
-/// int4-g64 [4096 x 14336] 14.4 -> 19.1-19.7 us, [6144 x 16384] 21.9 -> 26.7-29.8,
-/// [28672 x 4096] 26.1 -> 45.1-63.5; this rule (3 ways on the engine's down projection)
-/// took the engine's decode step 2835 -> 2995 us.
+/// round 2, cuda3, with the figures): every split lost at S = 1, and this rule slowed the
+/// engine's decode step, so `None` stays the default.
 pub fn rows_splits(
     tuning: &Tuning,
     nibbles: bool,

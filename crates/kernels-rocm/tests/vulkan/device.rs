@@ -322,6 +322,14 @@ fn int4_s1_packed_int8_activations_match_the_oracle() {
     assert!(!b.uses_int8_activations(Format::Int4Row, 2));
     assert!(!b.uses_int8_activations(Format::Int8Row, 1));
     assert!(b.uses_int8_activations(Format::Int4G64, 1) == i.integer_dot_product);
+    if !i.integer_dot_product {
+        // The formats below would run their f32 path: nothing packed to check.
+        eprintln!(
+            "skipped: {} has no integer dot products (no packed path)",
+            i.name
+        );
+        return;
+    }
     for format in [
         Format::Int4Row,
         Format::Int4G64,
