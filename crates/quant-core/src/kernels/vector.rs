@@ -455,6 +455,8 @@ pub(crate) trait QVec {
     type F: Copy;
     /// 32 zero bytes.
     unsafe fn bzero() -> Self::B;
+    /// `v` in every byte.
+    unsafe fn bsplat(v: u8) -> Self::B;
     /// 32 bytes from `p`.
     unsafe fn load(p: *const u8) -> Self::B;
     /// 16 bytes from `p` as the low half and the same 16 from `p` shifted right by 4 bits
@@ -482,6 +484,9 @@ pub(crate) trait QVec {
     unsafe fn izero() -> Self::I;
     /// 8 i32 from `p`.
     unsafe fn iload(p: *const i32) -> Self::I;
+    /// `-a` in every lane.
+    unsafe fn ineg(a: Self::I) -> Self::I;
+    unsafe fn iadd(a: Self::I, b: Self::I) -> Self::I;
     /// `vphaddd`: `[a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7]`.
     unsafe fn hadd(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn cvt(a: Self::I) -> Self::F;
@@ -490,7 +495,16 @@ pub(crate) trait QVec {
     unsafe fn fload(p: *const f32) -> Self::F;
     /// `*p` in every lane.
     unsafe fn fbroadcast(p: *const f32) -> Self::F;
+    /// `p[0]` in lanes 0..4 and `p[1]` in lanes 4..8 (two floats read): the two 32-block
+    /// steps of a [`super::int8act`] `Pairs` chunk spread to the lanes that hold each block.
+    unsafe fn fpair(p: *const f32) -> Self::F;
     unsafe fn fsplat(v: f32) -> Self::F;
+    /// `[p[0], p[1], p[2], p[3]]` twice (four floats read).
+    unsafe fn fquad(p: *const f32) -> Self::F;
+    /// The 4 fp16 at `p` (8 bytes) as f32 in lanes 0..4; lanes 4..8 zero.
+    unsafe fn f16x4(p: *const u8) -> Self::F;
+    /// The 2 f32 at `p` (8 bytes, any alignment) in lanes 0 and 1; the other lanes zero.
+    unsafe fn f32x2(p: *const u8) -> Self::F;
     /// Lane `idx[l]` (< 8) of `v` in lane l.
     unsafe fn fperm(v: Self::F, idx: &[u32; 8]) -> Self::F;
     /// The 8 bytes of `v` (little-endian), zero-extended, as f32.
@@ -587,6 +601,36 @@ macro_rules! qvec_avx2_common {
             unsafe { _mm256_loadu_si256(p.cast()) }
         }
         #[inline(always)]
+        unsafe fn iadd(a: __m256i, b: __m256i) -> __m256i {
+            // SAFETY: see the impl.
+            unsafe { _mm256_add_epi32(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn fquad(p: *const f32) -> __m256 {
+            // SAFETY: see the impl; four floats at p, read unaligned.
+            unsafe { _mm256_broadcast_ps(&_mm_loadu_ps(p)) }
+        }
+        #[inline(always)]
+        unsafe fn f16x4(p: *const u8) -> __m256 {
+            // SAFETY: see the impl; 8 bytes at p; `movq` zeroes the upper half.
+            unsafe { _mm256_zextps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(p.cast()))) }
+        }
+        #[inline(always)]
+        unsafe fn f32x2(p: *const u8) -> __m256 {
+            // SAFETY: see the impl; 8 bytes at p; `movq` zeroes the upper half.
+            unsafe { _mm256_zextps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(p.cast()))) }
+        }
+        #[inline(always)]
+        unsafe fn ineg(a: __m256i) -> __m256i {
+            // SAFETY: see the impl.
+            unsafe { _mm256_sub_epi32(_mm256_setzero_si256(), a) }
+        }
+        #[inline(always)]
+        unsafe fn bsplat(v: u8) -> __m256i {
+            // SAFETY: see the impl.
+            unsafe { _mm256_set1_epi8(v as i8) }
+        }
+        #[inline(always)]
         unsafe fn hadd(a: __m256i, b: __m256i) -> __m256i {
             // SAFETY: see the impl.
             unsafe { _mm256_hadd_epi32(a, b) }
@@ -635,6 +679,14 @@ macro_rules! qvec_avx2_common {
         unsafe fn fbroadcast(p: *const f32) -> __m256 {
             // SAFETY: see the impl; one float at p.
             unsafe { _mm256_broadcast_ss(&*p) }
+        }
+        #[inline(always)]
+        unsafe fn fpair(p: *const f32) -> __m256 {
+            // SAFETY: see the impl; two floats (8 bytes) at p, read as one unaligned f64.
+            unsafe {
+                let ab = _mm256_castpd_ps(_mm256_set1_pd(p.cast::<f64>().read_unaligned()));
+                _mm256_permutevar8x32_ps(ab, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1))
+            }
         }
         #[inline(always)]
         unsafe fn fsplat(v: f32) -> __m256 {
@@ -810,6 +862,40 @@ impl QVec for QPortable {
         unsafe { p.cast::<[i32; 8]>().read_unaligned() }
     }
     #[inline(always)]
+    unsafe fn iadd(a: [i32; 8], b: [i32; 8]) -> [i32; 8] {
+        std::array::from_fn(|l| a[l].wrapping_add(b[l]))
+    }
+    #[inline(always)]
+    unsafe fn fquad(p: *const f32) -> [f32; 8] {
+        // SAFETY: see the impl; four floats at p.
+        let q = unsafe { p.cast::<[f32; 4]>().read_unaligned() };
+        [q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3]]
+    }
+    #[inline(always)]
+    unsafe fn f16x4(p: *const u8) -> [f32; 8] {
+        let mut v = [0f32; 8];
+        for l in 0..4 {
+            // SAFETY: see the impl; 8 bytes at p.
+            v[l] = unsafe { Self::f16(p.add(2 * l)) };
+        }
+        v
+    }
+    #[inline(always)]
+    unsafe fn f32x2(p: *const u8) -> [f32; 8] {
+        // SAFETY: see the impl; 8 bytes at p.
+        let b = unsafe { p.cast::<[u8; 8]>().read_unaligned() };
+        let f = |i: usize| f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        [f(0), f(4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    }
+    #[inline(always)]
+    unsafe fn ineg(a: [i32; 8]) -> [i32; 8] {
+        a.map(i32::wrapping_neg)
+    }
+    #[inline(always)]
+    unsafe fn bsplat(v: u8) -> [u8; 32] {
+        [v; 32]
+    }
+    #[inline(always)]
     unsafe fn hadd(a: [i32; 8], b: [i32; 8]) -> [i32; 8] {
         let p = |v: [i32; 8], i: usize| v[i].wrapping_add(v[i + 1]);
         [
@@ -864,6 +950,12 @@ impl QVec for QPortable {
     unsafe fn fbroadcast(p: *const f32) -> [f32; 8] {
         // SAFETY: see the impl; one float at p.
         [unsafe { *p }; 8]
+    }
+    #[inline(always)]
+    unsafe fn fpair(p: *const f32) -> [f32; 8] {
+        // SAFETY: see the impl; two floats at p.
+        let (a, b) = unsafe { (*p, *p.add(1)) };
+        [a, a, a, a, b, b, b, b]
     }
     #[inline(always)]
     unsafe fn fsplat(v: f32) -> [f32; 8] {

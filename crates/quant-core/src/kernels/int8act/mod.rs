@@ -119,7 +119,11 @@ pub(crate) enum QLayout {
     /// For the interleaved nibble formats (weight 2b the low nibble of byte b): in every
     /// 64-chunk, the 32 even-indexed values then the 32 odd-indexed ones, so that the low
     /// nibbles of 32 packed bytes meet the first half and the high nibbles the second; 8
-    /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk.
+    /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk. Beside the values, per
+    /// 32-block its step, and (in the order of two `vphaddd` levels over four chunk dots,
+    /// [`QActs::dh`]) its step, value sum and int4 offset again: a kernel reads 1.25 bytes a
+    /// weight, so a row of 16384 activations (20 KB) stays in L1 beside the weight stream
+    /// ([`PAIRS_ONE_ROW_MAX_COLS`]).
     Pairs,
     /// Not int8 at all: each value rounded to bf16 ([`fp8_bf16`], whose docs show that the
     /// int8 rounding bound still holds), stored per 64-chunk in [`fp8_bf16::order`].
@@ -134,7 +138,8 @@ pub(crate) struct QActs {
     pub(crate) padded: usize,
     /// int8 values, `padded` a row, in the kernel's [`QLayout`].
     q: Lines<i8>,
-    /// Step of each 32-block (`padded / 32` a row).
+    /// Step of each 32-block (`padded / 32` a row; [`QLayout::Natural`] and
+    /// [`QLayout::Pairs`]).
     d: Lines<f32>,
     /// `d_b · Σ q` of each 32-block: the block's sum of rounded activations.
     xs: Lines<f32>,
@@ -146,13 +151,15 @@ pub(crate) struct QActs {
     off8n: Lines<i32>,
     /// [`QLayout::Natural`]: the same with 32 (q6_k's `u - 32` codes).
     off32: Lines<i32>,
-    /// [`QLayout::Pairs`]: for each 64-chunk, the step of each dot lane's 8 values.
-    dl: Lines<f32>,
-    /// [`QLayout::Pairs`]: for each 64-chunk, `-8 · Σ q` of each dot lane's 8 values (the
-    /// offset of int4's `q - 8` codes, folded into the integer sum).
-    off8: Lines<i32>,
-    /// [`QLayout::Pairs`]: sum of rounded activations of each 64-chunk.
-    xs64: Lines<f32>,
+    /// [`QLayout::Pairs`]: for each 256 values (chunks m = 0..4, each two 32-blocks 2m and
+    /// 2m + 1), the blocks' steps in the order `[0, 2, 4, 6, 1, 3, 5, 7]`: lane m of
+    /// `hadd(hadd(i0, i1), hadd(i2, i3))` over the four chunks' dots holds block 2m, lane
+    /// 4 + m block 2m + 1.
+    dh: Lines<f32>,
+    /// [`QLayout::Pairs`]: each block's `d · Σ q` (its sum of rounded values), as [`Self::dh`].
+    xh: Lines<f32>,
+    /// [`QLayout::Pairs`]: each block's `-8 · Σ q` (int4's `q - 8` offset), as [`Self::dh`].
+    oh: Lines<i32>,
     /// [`QLayout::Bf16`]: the bf16 values, `padded` a row.
     xb: Lines<u16>,
 }
@@ -165,7 +172,7 @@ impl QActs {
         if layout == QLayout::Bf16 {
             return QActs::bf16(x, s, cols, padded);
         }
-        let (nb, n16, n64) = (padded / 32, padded / 16, padded / 64);
+        let (nb, n16) = (padded / 32, padded / 16);
         let natural = layout == QLayout::Natural;
         let per_row = |n: usize| if natural { s * n } else { 0 };
         let per_pair = |n: usize| if natural { 0 } else { s * n };
@@ -173,14 +180,14 @@ impl QActs {
             s,
             padded,
             q: Lines::zeroed(s * padded),
-            d: Lines::zeroed(per_row(nb)),
+            d: Lines::zeroed(s * nb),
             xs: Lines::zeroed(per_row(nb)),
             d2: Lines::zeroed(per_row(n16)),
             off8n: Lines::zeroed(per_row(nb * 8)),
             off32: Lines::zeroed(per_row(nb * 8)),
-            dl: Lines::zeroed(per_pair(n64 * 8)),
-            off8: Lines::zeroed(per_pair(n64 * 8)),
-            xs64: Lines::zeroed(per_pair(n64)),
+            dh: Lines::zeroed(per_pair(nb)),
+            xh: Lines::zeroed(per_pair(nb)),
+            oh: Lines::zeroed(per_pair(nb)),
             xb: Lines::zeroed(0),
         };
         let mut qn = [0i8; 64];
@@ -232,18 +239,25 @@ impl QActs {
                         }
                     }
                 } else {
-                    let at = k * n64 + c;
-                    let dc = &mut dst[64 * c..64 * c + 64];
-                    for m in 0..32 {
-                        dc[m] = qn[2 * m];
-                        dc[32 + m] = qn[2 * m + 1];
+                    // Even values to the first half, odd to the second: as the low and high
+                    // bytes of 32 little-endian u16 words, which vectorizes (a byte loop
+                    // did not, and was most of this function's time at S = 1).
+                    let mut words = [0u16; 32];
+                    for (w, p) in words.iter_mut().zip(qn.chunks_exact(2)) {
+                        *w = u16::from_le_bytes([p[0] as u8, p[1] as u8]);
                     }
-                    a.xs64[at] = steps[0] * (sums[0] + sums[1]) as f32
-                        + steps[1] * (sums[2] + sums[3]) as f32;
-                    for l in 0..8 {
-                        a.dl[8 * at + l] = steps[l / 4];
-                        let lane = &qn[8 * l..8 * l + 8];
-                        a.off8[8 * at + l] = -8 * lane.iter().map(|&v| i32::from(v)).sum::<i32>();
+                    let (even, odd) = dst[64 * c..64 * c + 64].split_at_mut(32);
+                    for ((e, o), w) in even.iter_mut().zip(odd.iter_mut()).zip(words) {
+                        *e = w as u8 as i8;
+                        *o = (w >> 8) as u8 as i8;
+                    }
+                    a.d[k * nb + 2 * c..k * nb + 2 * c + 2].copy_from_slice(&steps);
+                    for h in 0..2 {
+                        let at = k * nb + 8 * (c / 4) + 4 * h + c % 4;
+                        let sum = sums[2 * h] + sums[2 * h + 1];
+                        a.dh[at] = steps[h];
+                        a.xh[at] = steps[h] * sum as f32;
+                        a.oh[at] = -8 * sum;
                     }
                 }
             }
@@ -286,9 +300,9 @@ impl QActs {
             d2: Lines::zeroed(0),
             off8n: Lines::zeroed(0),
             off32: Lines::zeroed(0),
-            dl: Lines::zeroed(0),
-            off8: Lines::zeroed(0),
-            xs64: Lines::zeroed(0),
+            dh: Lines::zeroed(0),
+            xh: Lines::zeroed(0),
+            oh: Lines::zeroed(0),
             xb,
         }
     }
@@ -323,16 +337,16 @@ impl QActs {
         self.off32[k * self.padded / 4..].as_ptr()
     }
     #[inline]
-    pub(crate) fn dl(&self, k: usize) -> *const f32 {
-        self.dl[k * self.padded / 8..].as_ptr()
+    pub(crate) fn dh(&self, k: usize) -> *const f32 {
+        self.dh[k * self.padded / 32..].as_ptr()
     }
     #[inline]
-    pub(crate) fn off8(&self, k: usize) -> *const i32 {
-        self.off8[k * self.padded / 8..].as_ptr()
+    pub(crate) fn xh(&self, k: usize) -> *const f32 {
+        self.xh[k * self.padded / 32..].as_ptr()
     }
     #[inline]
-    pub(crate) fn xs64(&self, k: usize) -> *const f32 {
-        self.xs64[k * self.padded / 64..].as_ptr()
+    pub(crate) fn oh(&self, k: usize) -> *const i32 {
+        self.oh[k * self.padded / 32..].as_ptr()
     }
 }
 
@@ -587,6 +601,10 @@ pub(crate) trait QBody: Sync {
         t0: usize,
         out: &mut [f32],
     );
+    /// Rows of at most this many weights are walked one at a time ([`Micro::one_row_at_a_time`]).
+    fn one_row_max_cols(&self) -> usize {
+        ONE_ROW_MAX_COLS
+    }
     /// Rows of the tensor (for the portable level's range check).
     fn rows(&self) -> usize;
     /// I.
@@ -594,6 +612,13 @@ pub(crate) trait QBody: Sync {
     /// S.
     fn batch(&self) -> usize;
 }
+
+/// [`QLayout::Pairs`] kernels walk rows of at most this many weights one at a time: the
+/// layout's 1.25 bytes of activation-side numbers a weight keep a 16384-column row's
+/// (20 KB) in L1 beside the weight stream, where the layout before it (2.06 bytes a
+/// weight, 34 KB) did not, which is why longer rows went four at a time
+/// ([`ONE_ROW_MAX_COLS`]).
+pub(crate) const PAIRS_ONE_ROW_MAX_COLS: usize = 16384;
 
 /// Rows of at most this many weights are walked one at a time, longer ones four at a
 /// time ([`Micro::one_row_at_a_time`]). Measured against candle in the same process
@@ -637,7 +662,7 @@ impl<M: QBody> Micro for QDriver<M> {
         unsafe { run_madd::<M, R, T>(&self.0, o, t0, out) }
     }
     fn one_row_at_a_time(&self) -> bool {
-        self.0.cols() <= ONE_ROW_MAX_COLS
+        self.0.cols() <= self.0.one_row_max_cols()
     }
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
         assert!(

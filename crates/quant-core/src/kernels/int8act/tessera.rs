@@ -9,9 +9,12 @@
 //!   weight 2b the low nibble of byte b. The low nibbles are dotted with the chunk's
 //!   even-indexed activations and the high nibbles with the odd ones, into the same 8
 //!   lanes, lane l holding weights 8l..8l+8 — whose activation 32-block is 2c + l/4, so
-//!   one vector of per-lane steps scales the chunk. int4's `q - 8` offset starts the
-//!   integer sum at `-8·Σ q8` per lane (precomputed with the activations); group scales
-//!   multiply the lanes per chunk (one broadcast when gs is a multiple of 64, else a
+//!   the chunk's two steps spread over the lanes (`fpair`) scale it. int4's `q - 8` offset
+//!   starts each lane's integer sum at `-8·Σ q8` of that lane's 8 activations, computed in
+//!   the loop (two more dots a chunk, shared by the tile's rows) rather than stored: the
+//!   activation-side numbers then fit L1 on long rows, and every lane's sum stays exact
+//!   (a lane of zero weights gives exactly zero, whatever its neighbours hold). Group
+//!   scales multiply the lanes per chunk (one broadcast when gs is a multiple of 64, else a
 //!   per-lane vector). The affine blocks add `zero · Σ x̂` per (scale, zero) span from the
 //!   activations' chunk sums.
 
@@ -184,6 +187,19 @@ impl Int8Kernel for Int4Q {
                 *g = (first + 8 * l).checked_div(gs).unwrap_or(0) as u32;
             }
         }
+        // Quads of 4 chunks (gs a multiple of 64): the pattern repeats every gs / gcd(gs, 256).
+        let qperiod = if gs == 0 { 1 } else { gs / gcd(gs, 256) };
+        let mut quad_groups = [[0u32; 8]; MAX_PERIOD];
+        for (p, lanes) in quad_groups
+            .iter_mut()
+            .enumerate()
+            .take(qperiod.min(MAX_PERIOD))
+        {
+            let first = (256 * p).checked_div(gs).unwrap_or(0);
+            for (l, g) in lanes.iter_mut().enumerate() {
+                *g = (64 * (4 * p + l % 4)).checked_div(gs).unwrap_or(0) as u32 - first as u32;
+            }
+        }
         let body = Int4Body {
             t,
             a,
@@ -193,6 +209,9 @@ impl Int8Kernel for Int4Q {
             chunks: cols.div_ceil(64),
             lane_groups,
             period,
+            quad_groups,
+            qperiod,
+            quad_step: 256usize.checked_div(gs).unwrap_or(0),
         };
         QDriver(body).run(level, row0, n, out);
     }
@@ -209,28 +228,24 @@ struct Int4Body<'a, 'b> {
     full: usize,
     /// Chunks a row, a partial one included.
     chunks: usize,
-    /// [`Groups::Lane`]: for chunk phase `c mod period`, each lane's group counted from the
+    /// [`Int4Body::lane_tile`]: for chunk phase `c mod period`, each lane's group counted from the
     /// chunk's first group (the pattern repeats every `gs / gcd(gs, 64)` chunks).
     lane_groups: [[u32; 8]; MAX_PERIOD],
     period: usize,
+    /// [`Int4Body::quads`]: for quad phase `j mod qperiod`, lane l's group (that of chunk
+    /// l % 4 of the quad) counted from the quad's first group.
+    quad_groups: [[u32; 8]; MAX_PERIOD],
+    qperiod: usize,
+    /// Groups a quad advances by when `qperiod == 1` (gs 64, 128, 256: 4, 2, 1).
+    quad_step: usize,
 }
 
-/// The longest period of lane-to-group patterns over the group sizes (48 and 96 give 3).
+/// The longest period of lane-to-group patterns over the group sizes (48 and 96 give 3 per
+/// chunk, 192 gives 3 per quad).
 const MAX_PERIOD: usize = 3;
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// How int4 group scales meet a 64-weight chunk.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Groups {
-    /// int4-row: one scale a row, applied at the end.
-    Row,
-    /// gs a multiple of 64: one scale a chunk.
-    Chunk,
-    /// Otherwise: each lane's (8 weights') own scale.
-    Lane,
 }
 
 impl Int4Body<'_, '_> {
@@ -239,20 +254,18 @@ impl Int4Body<'_, '_> {
         read_f32(self.t.scales(), 4 * (o * self.ng + g.min(self.ng - 1)))
     }
 
-    /// Chunk `c` of rows `o..o+R`, whose 32 bytes are at `w[r]`, into `acc`.
+    /// Groups that are not a multiple of 64 (each dot lane its own scale): chunk `c` of
+    /// rows `o..o+R`, whose 32 bytes are at `w[r]`, into `acc`, one chunk at a time.
     ///
     /// # Safety
     /// As [`QBody::run`]; 32 bytes at each `w[r]`; activation chunk `c` exists.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn chunk<Q: QVec, const R: usize, const T: usize>(
+    unsafe fn lane_chunk<Q: QVec, const R: usize, const T: usize>(
         &self,
-        groups: Groups,
         o: usize,
         w: &[*const u8; R],
         c: usize,
-        sp: &[*const u8; R],
-        x: &[(*const u8, *const f32, *const i32); T],
+        x: &[(*const u8, *const f32); T],
         acc: &mut [[Q::F; T]; R],
     ) {
         // SAFETY: the caller's contract; the stack array is 8 floats.
@@ -260,65 +273,111 @@ impl Int4Body<'_, '_> {
             let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
             let mut dl = [Q::fzero(); T];
             let mut off = [Q::izero(); T];
+            let eight = Q::bsplat(8);
             for k in 0..T {
                 xe[k] = Q::load(x[k].0.add(64 * c));
                 xo[k] = Q::load(x[k].0.add(64 * c + 32));
-                dl[k] = Q::fload(x[k].1.add(8 * c));
-                off[k] = Q::iload(x[k].2.add(8 * c));
+                dl[k] = Q::fpair(x[k].1.add(2 * c));
+                off[k] = Q::ineg(Q::dot(Q::dot(Q::izero(), eight, xe[k]), eight, xo[k]));
             }
             for r in 0..R {
                 let v = Q::load(w[r]);
                 let (lo, hi) = (Q::lo4(v), Q::hi4(v));
-                let g = match groups {
-                    Groups::Row => Q::fzero(),
-                    // `sp[r]` points at the chunk's group scale of row o + r.
-                    Groups::Chunk => {
-                        Q::fsplat(f32::from_le_bytes(sp[r].cast::<[u8; 4]>().read_unaligned()))
+                // The (up to 8) scales from the chunk's first group, spread to the lanes by
+                // the phase's pattern. Near the end of the scale buffer they come from a
+                // zero-padded copy; lanes past the row's last group then read a
+                // neighbour's scale or zero, and meet zero activations either way.
+                let first = (o + r) * self.ng + 64 * c / self.gs;
+                let all = self.t.scales();
+                let v = if 4 * (first + 8) <= all.len() {
+                    Q::fload(all.as_ptr().add(4 * first).cast())
+                } else {
+                    let mut tail = [0f32; 8];
+                    for (l, v) in tail.iter_mut().enumerate() {
+                        if 4 * (first + l + 1) <= all.len() {
+                            *v = read_f32(all, 4 * (first + l));
+                        }
                     }
-                    Groups::Lane => {
-                        // The (up to 8) scales from the chunk's first group, spread to the
-                        // lanes by the phase's pattern. Near the end of the scale buffer
-                        // they come from a zero-padded copy; lanes past the row's last
-                        // group then read a neighbour's scale or zero, and meet zero
-                        // activations either way.
-                        let first = (o + r) * self.ng + 64 * c / self.gs;
-                        let all = self.t.scales();
-                        let v = if 4 * (first + 8) <= all.len() {
-                            Q::fload(all.as_ptr().add(4 * first).cast())
-                        } else {
-                            let mut tail = [0f32; 8];
-                            for (l, v) in tail.iter_mut().enumerate() {
-                                if 4 * (first + l + 1) <= all.len() {
-                                    *v = read_f32(all, 4 * (first + l));
-                                }
-                            }
-                            Q::fload(tail.as_ptr())
-                        };
-                        Q::fperm(v, &self.lane_groups[c % self.period])
-                    }
+                    Q::fload(tail.as_ptr())
                 };
+                let g = Q::fperm(v, &self.lane_groups[c % self.period]);
                 for k in 0..T {
                     let i = Q::dot(Q::dot(off[k], lo, xe[k]), hi, xo[k]);
-                    acc[r][k] = match groups {
-                        Groups::Row => Q::fma(Q::cvt(i), dl[k], acc[r][k]),
-                        Groups::Chunk | Groups::Lane => {
-                            Q::fma(Q::fmul(Q::cvt(i), dl[k]), g, acc[r][k])
+                    acc[r][k] = Q::fma(Q::fmul(Q::cvt(i), dl[k]), g, acc[r][k]);
+                }
+            }
+        }
+    }
+
+    /// Quad `j` (chunks 4j..4j+4, 128 bytes at each `w[r]`) of rows `o..o+R` into `acc`:
+    /// the four chunks' integer dots reduced by two `vphaddd` levels to one lane per
+    /// 32-block (the order of [`QActs::dh`]), the int4 offsets added there, exactly, then
+    /// one conversion and one FMA per row and activation row. `sv[r]` holds row o + r's
+    /// group scale of each lane's chunk (gs a multiple of 64); `by_row` (int4-row) leaves
+    /// the scale to the end.
+    ///
+    /// # Safety
+    /// As [`QBody::run`]; 128 bytes at each `w[r]`; activation quad `j` exists.
+    #[inline(always)]
+    unsafe fn quad<Q: QVec, const R: usize, const T: usize>(
+        &self,
+        by_row: bool,
+        w: &[*const u8; R],
+        j: usize,
+        sv: &[Q::F; R],
+        x: &[(*const u8, *const f32, *const i32); T],
+        acc: &mut [[Q::F; T]; R],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut h01 = [[Q::izero(); T]; R];
+            let mut h23 = [[Q::izero(); T]; R];
+            let mut first = [[Q::izero(); T]; R];
+            for m in 0..4 {
+                let c = 4 * j + m;
+                let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
+                for k in 0..T {
+                    xe[k] = Q::load(x[k].0.add(64 * c));
+                    xo[k] = Q::load(x[k].0.add(64 * c + 32));
+                }
+                for r in 0..R {
+                    let v = Q::load(w[r].add(32 * m));
+                    let (lo, hi) = (Q::lo4(v), Q::hi4(v));
+                    for k in 0..T {
+                        let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
+                        match m {
+                            1 => h01[r][k] = Q::hadd(first[r][k], i),
+                            3 => h23[r][k] = Q::hadd(first[r][k], i),
+                            _ => first[r][k] = i,
                         }
+                    }
+                }
+            }
+            for k in 0..T {
+                let dh = Q::fload(x[k].1.add(8 * j));
+                let oh = Q::iload(x[k].2.add(8 * j));
+                for r in 0..R {
+                    let f = Q::cvt(Q::iadd(Q::hadd(h01[r][k], h23[r][k]), oh));
+                    acc[r][k] = if by_row {
+                        Q::fma(f, dh, acc[r][k])
+                    } else {
+                        Q::fma(Q::fmul(f, dh), sv[r], acc[r][k])
                     };
                 }
             }
         }
     }
 
-    /// The whole tile for one grouping (a separate instantiation per grouping keeps the
-    /// hot loop free of the choice).
+    /// int4-row and gs a multiple of 64, a quad at a time ([`Self::quad`]); the last
+    /// quad from zero-padded copies of the rows' remaining bytes (the padded activations
+    /// and their offsets are zero there).
     ///
     /// # Safety
     /// As [`QBody::run`].
     #[inline(always)]
-    unsafe fn tile<Q: QVec, const R: usize, const T: usize>(
+    unsafe fn quads<Q: QVec, const R: usize, const T: usize>(
         &self,
-        groups: Groups,
+        by_row: bool,
         o: usize,
         t0: usize,
         out: &mut [f32],
@@ -330,7 +389,100 @@ impl Int4Body<'_, '_> {
             std::ptr::null::<i32>(),
         ); T];
         for k in 0..T {
-            x[k] = (a.q(t0 + k), a.dl(t0 + k), a.off8(t0 + k));
+            x[k] = (a.q(t0 + k), a.dh(t0 + k), a.oh(t0 + k));
+        }
+        let mut rows = [std::ptr::null::<u8>(); R];
+        for r in 0..R {
+            rows[r] = self.t.row(o + r).as_ptr();
+        }
+        // SAFETY: the caller's level contract; quad j < whole lies in each row, the last one
+        // is read from local copies, and the activations (with dh, oh) are padded to a
+        // multiple of 256 values.
+        let mut acc = [[unsafe { Q::fzero() }; T]; R];
+        let whole = self.full / 4;
+        let quads = self.chunks.div_ceil(4);
+        let scales = self.t.scales().as_ptr();
+        // SAFETY: as above.
+        let mut sv = [unsafe { Q::fzero() }; R];
+        let mut w = [std::ptr::null::<u8>(); R];
+        // The quad's first group and pattern phase, advanced by counting (a division per
+        // quad would cost as much as a chunk's dots).
+        let (mut g, mut rem, mut phase) = (0usize, 0usize, 0usize);
+        let nscales = self.t.scales().len() / 4;
+        for j in 0..quads {
+            let mut bufs = [[0u8; 128]; R];
+            for r in 0..R {
+                w[r] = if j < whole {
+                    // SAFETY: see above.
+                    unsafe { rows[r].add(128 * j) }
+                } else {
+                    bufs[r] = tail_chunk(&self.t.row(o + r)[(128 * j).min(self.t.row_bytes())..]);
+                    bufs[r].as_ptr()
+                };
+            }
+            if !by_row {
+                let pattern = &self.quad_groups[phase];
+                for r in 0..R {
+                    let first = (o + r) * self.ng + g;
+                    // SAFETY: see above; four scales from `first` lie in the buffer, or
+                    // come from a copy clamped to the row's last group.
+                    // A whole quad's lanes select groups below ng; the four read may run
+                    // into the next row's scales, never past the buffer.
+                    sv[r] = unsafe {
+                        if j < whole && first + 4 <= nscales {
+                            let at = scales.add(4 * first).cast::<f32>();
+                            match self.gs {
+                                64 => Q::fquad(at),
+                                gs if gs.is_multiple_of(256) => Q::fbroadcast(at),
+                                _ => Q::fperm(Q::fquad(at), pattern),
+                            }
+                        } else {
+                            let near = [0, 1, 2, 3].map(|m| self.scale(o + r, g + m));
+                            Q::fperm(Q::fquad(near.as_ptr()), pattern)
+                        }
+                    };
+                }
+                if self.qperiod == 1 {
+                    g += self.quad_step;
+                } else {
+                    rem += 256;
+                    while rem >= self.gs {
+                        rem -= self.gs;
+                        g += 1;
+                    }
+                }
+                phase += 1;
+                if phase == self.qperiod {
+                    phase = 0;
+                }
+            }
+            // SAFETY: see above.
+            unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
+        }
+        for r in 0..R {
+            let d = if by_row { self.scale(o + r, 0) } else { 1.0 };
+            for k in 0..T {
+                // SAFETY: see above.
+                out[r * a.s + t0 + k] = unsafe { Q::fsum(acc[r][k]) } * d;
+            }
+        }
+    }
+
+    /// Groups that are not a multiple of 64, one chunk at a time ([`Self::lane_chunk`]).
+    ///
+    /// # Safety
+    /// As [`QBody::run`].
+    #[inline(always)]
+    unsafe fn lane_tile<Q: QVec, const R: usize, const T: usize>(
+        &self,
+        o: usize,
+        t0: usize,
+        out: &mut [f32],
+    ) {
+        let a = self.a;
+        let mut x = [(std::ptr::null::<u8>(), std::ptr::null::<f32>()); T];
+        for k in 0..T {
+            x[k] = (a.q(t0 + k), a.d(t0 + k));
         }
         let mut rows = [std::ptr::null::<u8>(); R];
         for r in 0..R {
@@ -341,59 +493,36 @@ impl Int4Body<'_, '_> {
         // padded past `chunks * 64` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
-        // Group scales of the current chunk ([`Groups::Chunk`]: gs is a multiple of 64, so
-        // a chunk has one), advanced every gs / 64 chunks.
-        let scales = self.t.scales().as_ptr();
-        let mut sp = [scales; R];
-        let per_group = (self.gs / 64).max(1);
-        // The chunk's group, advanced by counting (a division per chunk showed in profiles).
-        let (mut g, mut left) = (0usize, per_group);
-        let group_scales = |g: usize, sp: &mut [*const u8; R]| {
-            if groups == Groups::Chunk {
-                let g = g.min(self.ng - 1);
-                for r in 0..R {
-                    // SAFETY: row o + r owns ng scales from (o + r) * ng; g < ng.
-                    sp[r] = unsafe { scales.add(4 * ((o + r) * self.ng + g)) };
-                }
-            }
-        };
         for c in 0..self.full {
-            group_scales(g, &mut sp);
-            left -= 1;
-            if left == 0 {
-                (g, left) = (g + 1, per_group);
-            }
             for r in 0..R {
                 // SAFETY: see above.
                 w[r] = unsafe { rows[r].add(32 * c) };
             }
             // SAFETY: see above.
-            unsafe { self.chunk::<Q, R, T>(groups, o, &w, c, &sp, &x, &mut acc) };
+            unsafe { self.lane_chunk::<Q, R, T>(o, &w, c, &x, &mut acc) };
         }
         if self.full < self.chunks {
-            group_scales(g, &mut sp);
             let mut bufs = [[0u8; 32]; R];
             for r in 0..R {
                 bufs[r] = tail_chunk(&self.t.row(o + r)[32 * self.full..]);
                 w[r] = bufs[r].as_ptr();
             }
             // SAFETY: see above; local 32-byte buffers.
-            unsafe { self.chunk::<Q, R, T>(groups, o, &w, self.full, &sp, &x, &mut acc) };
+            unsafe { self.lane_chunk::<Q, R, T>(o, &w, self.full, &x, &mut acc) };
         }
         for r in 0..R {
-            let d = match groups {
-                Groups::Row => self.scale(o + r, 0),
-                Groups::Chunk | Groups::Lane => 1.0,
-            };
             for k in 0..T {
                 // SAFETY: see above.
-                out[r * a.s + t0 + k] = unsafe { Q::fsum(acc[r][k]) } * d;
+                out[r * a.s + t0 + k] = unsafe { Q::fsum(acc[r][k]) };
             }
         }
     }
 }
 
 impl QBody for Int4Body<'_, '_> {
+    fn one_row_max_cols(&self) -> usize {
+        super::PAIRS_ONE_ROW_MAX_COLS
+    }
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
         &self,
@@ -404,11 +533,11 @@ impl QBody for Int4Body<'_, '_> {
         // SAFETY: the caller's contract, forwarded to each arm.
         unsafe {
             if self.gs == 0 {
-                self.tile::<Q, R, T>(Groups::Row, o, t0, out)
+                self.quads::<Q, R, T>(true, o, t0, out)
             } else if self.gs.is_multiple_of(64) {
-                self.tile::<Q, R, T>(Groups::Chunk, o, t0, out)
+                self.quads::<Q, R, T>(false, o, t0, out)
             } else {
-                self.tile::<Q, R, T>(Groups::Lane, o, t0, out)
+                self.lane_tile::<Q, R, T>(o, t0, out)
             }
         }
     }
@@ -477,6 +606,12 @@ const BLOCK_BYTES: usize = 136;
 const HEADER_BYTES: usize = 8;
 
 impl QBody for AffineBody<'_, '_> {
+    fn one_row_max_cols(&self) -> usize {
+        super::PAIRS_ONE_ROW_MAX_COLS
+    }
+    /// A block is one quad of 4 chunks, reduced as [`Int4Body::quad`] does (two `vphaddd`
+    /// levels to one lane per 32-block), times the block's steps and each lane's span
+    /// scale; the zero term is `zero · d · Σ q` of each lane's 32-block, a vector FMA.
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
         &self,
@@ -491,88 +626,72 @@ impl QBody for AffineBody<'_, '_> {
             std::ptr::null::<f32>(),
         ); T];
         for k in 0..T {
-            x[k] = (a.q(t0 + k), a.dl(t0 + k), a.xs64(t0 + k));
+            x[k] = (a.q(t0 + k), a.dh(t0 + k), a.xh(t0 + k));
         }
         let mut rows = [std::ptr::null::<u8>(); R];
         for r in 0..R {
             rows[r] = self.t.row(o + r).as_ptr();
         }
-        // SAFETY: the caller's level contract; block j < blocks lies in
-        // each row (136 bytes from 136j) and the activations hold blocks * 256 values.
-        let zero = unsafe { Q::fzero() };
-        let mut acc = [[zero; T]; R];
-        let mut zacc = [[0f32; T]; R];
-        let mut blk = [std::ptr::null::<u8>(); R];
-        // Per row: (scale, zero) of the block's two 128-weight spans.
-        let mut sz = [[0f32; 4]; R];
-        let (mut dl, mut xsum) = ([zero; T], [0f32; T]);
-        // SAFETY: see above.
-        let (mut xe8, mut xo8) = unsafe { ([Q::bzero(); T], [Q::bzero(); T]) };
-        for j in 0..self.blocks {
-            for r in 0..R {
-                // SAFETY: see above; the block's 8 header bytes are readable.
-                unsafe {
+        // The header's (scale, zero) of each lane's chunk: lane l holds chunk l % 4, whose
+        // 128-weight span is (l % 4) / 2.
+        let (s_at, z_at): (&[u32; 8], &[u32; 8]) = match self.header {
+            Header::F16Halves => (&[0, 0, 2, 2, 0, 0, 2, 2], &[1, 1, 3, 3, 1, 1, 3, 3]),
+            Header::F32 | Header::F16 => (&[0; 8], &[1; 8]),
+        };
+        // SAFETY: the caller's level contract; block j < blocks lies in each row (136 bytes
+        // from 136j) and the activations hold blocks * 256 values.
+        unsafe {
+            let mut acc = [[Q::fzero(); T]; R];
+            let mut zacc = [[Q::fzero(); T]; R];
+            let mut blk = [std::ptr::null::<u8>(); R];
+            let (mut sv, mut zv) = ([Q::fzero(); R], [Q::fzero(); R]);
+            for j in 0..self.blocks {
+                for r in 0..R {
                     let h = rows[r].add(j * BLOCK_BYTES);
-                    blk[r] = h;
-                    sz[r] = match self.header {
-                        Header::F16Halves => [
-                            Q::f16(h),
-                            Q::f16(h.add(2)),
-                            Q::f16(h.add(4)),
-                            Q::f16(h.add(6)),
-                        ],
-                        Header::F32 => {
-                            let b = h.cast::<[u8; 8]>().read_unaligned();
-                            let (s, z) = (read_f32(&b, 0), read_f32(&b, 4));
-                            [s, z, s, z]
-                        }
-                        Header::F16 => {
-                            let (s, z) = (Q::f16(h), Q::f16(h.add(2)));
-                            [s, z, s, z]
-                        }
+                    blk[r] = h.add(HEADER_BYTES);
+                    let hv = match self.header {
+                        Header::F16Halves | Header::F16 => Q::f16x4(h),
+                        Header::F32 => Q::f32x2(h),
                     };
+                    (sv[r], zv[r]) = (Q::fperm(hv, s_at), Q::fperm(hv, z_at));
                 }
-            }
-            for span in 0..2 {
-                let mut part = [[zero; T]; R];
-                for cc in 2 * span..2 * span + 2 {
-                    let c = 4 * j + cc;
+                let mut h01 = [[Q::izero(); T]; R];
+                let mut h23 = [[Q::izero(); T]; R];
+                let mut first = [[Q::izero(); T]; R];
+                for m in 0..4 {
+                    let c = 4 * j + m;
+                    let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
                     for k in 0..T {
-                        // SAFETY: see above.
-                        unsafe {
-                            xe8[k] = Q::load(x[k].0.add(64 * c));
-                            xo8[k] = Q::load(x[k].0.add(64 * c + 32));
-                            dl[k] = Q::fload(x[k].1.add(8 * c));
-                            xsum[k] = *x[k].2.add(c);
-                        }
+                        xe[k] = Q::load(x[k].0.add(64 * c));
+                        xo[k] = Q::load(x[k].0.add(64 * c + 32));
                     }
                     for r in 0..R {
-                        // SAFETY: see above; header + 32(cc + 1) <= 136 bytes of the block.
-                        unsafe {
-                            let v = Q::load(blk[r].add(HEADER_BYTES + 32 * cc));
-                            let (lo, hi) = (Q::lo4(v), Q::hi4(v));
-                            for k in 0..T {
-                                let i = Q::dot(Q::dot(Q::izero(), lo, xe8[k]), hi, xo8[k]);
-                                part[r][k] = Q::fma(Q::cvt(i), dl[k], part[r][k]);
-                                zacc[r][k] += sz[r][2 * span + 1] * xsum[k];
+                        let v = Q::load(blk[r].add(32 * m));
+                        let (lo, hi) = (Q::lo4(v), Q::hi4(v));
+                        for k in 0..T {
+                            let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
+                            match m {
+                                1 => h01[r][k] = Q::hadd(first[r][k], i),
+                                3 => h23[r][k] = Q::hadd(first[r][k], i),
+                                _ => first[r][k] = i,
                             }
                         }
                     }
                 }
-                for r in 0..R {
-                    // SAFETY: see above.
-                    let s = unsafe { Q::fsplat(sz[r][2 * span]) };
-                    for k in 0..T {
-                        // SAFETY: see above.
-                        acc[r][k] = unsafe { Q::fma(part[r][k], s, acc[r][k]) };
+                for k in 0..T {
+                    let dh = Q::fload(x[k].1.add(8 * j));
+                    let xh = Q::fload(x[k].2.add(8 * j));
+                    for r in 0..R {
+                        let f = Q::cvt(Q::hadd(h01[r][k], h23[r][k]));
+                        acc[r][k] = Q::fma(Q::fmul(f, dh), sv[r], acc[r][k]);
+                        zacc[r][k] = Q::fma(zv[r], xh, zacc[r][k]);
                     }
                 }
             }
-        }
-        for r in 0..R {
-            for k in 0..T {
-                // SAFETY: see above.
-                out[r * a.s + t0 + k] = unsafe { Q::fsum(acc[r][k]) } + zacc[r][k];
+            for r in 0..R {
+                for k in 0..T {
+                    out[r * a.s + t0 + k] = Q::fsum(Q::fadd(acc[r][k], zacc[r][k]));
+                }
             }
         }
     }
