@@ -136,7 +136,7 @@ fn q4a16(w0: u32, w1: u32, xa0: vec4<f32>, xb0: vec4<f32>, xa1: vec4<f32>, xb1: 
     return dot(f, NIB_POS);
 }
 
-// ---- S = 1, packed int8 activations (p.reserved0 == 1; prelude: `XQ`, `q4i8`) ----
+// ---- S = 1, packed int8 activations (p.reserved0 = 1 or 2; prelude: `XQ`, `xq`, `q4i8`) ----
 // A work item is one 32-weight x block j (payload words 4 m .. 4 m + 3 of block b = j / 8,
 // m = j % 8, in half m / 4): the planes of block j pair with those 4 words exactly as with
 // a 16-byte chunk of int4-row. q4i8 gives F = sum (q - 8) x / (d / 256); with X = sum x,
@@ -172,45 +172,76 @@ fn sz8(row: u32, rb: u32, gb: u32, h: u32) -> vec2<f32> {
     return vec2<f32>(s, fma(8.0, s, r.y));
 }
 
+// Item j of the 4 rows (payload words, scale, zero + 8 scale) and block j's planes.
+struct Ld1 {
+    v: Rows4,
+    sc4: vec4<f32>,
+    z4: vec4<f32>,
+    x: XQ,
+}
+
+fn load1_i8(rr: vec4<u32>, j: u32, rb: u32, nb: u32) -> Ld1 {
+    let b = j / 8u;
+    let m = j % 8u;
+    let h = m / 4u;
+    let gb = group(b, nb);
+    let v = Rows4(sub4(rr.x, rb, b, m), sub4(rr.y, rb, b, m), sub4(rr.z, rb, b, m), sub4(rr.w, rb, b, m));
+    let k0 = sz8(rr.x, rb, gb, h);
+    let k1 = sz8(rr.y, rb, gb, h);
+    let k2 = sz8(rr.z, rb, gb, h);
+    let k3 = sz8(rr.w, rb, gb, h);
+    return Ld1(v, vec4<f32>(k0.x, k1.x, k2.x, k3.x), vec4<f32>(k0.y, k1.y, k2.y, k3.y), xq(j));
+}
+
+fn step1_i8(l: Ld1, j: u32) -> vec4<f32> {
+    let v = l.v;
+    let x = l.x;
+    var f: vec4<f32>;
+    var sx: f32;
+    if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
+        let dh = bitcast<f32>(x.h.x);
+        // 65536 sum q0 + 256 sum q1 + sum q2 (|.| < 2^29: exact in i32), times d / 2^16.
+        let q = bitcast<vec3<i32>>(vec3<u32>(0x4B400000u) - x.h.yzw) >> vec3<u32>(3u);
+        sx = f32(q.x * 65536 + q.y * 256 + q.z) * (dh * 0.00390625);
+        f = dh * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
+    } else {
+        let xf = x8(j);
+        sx = dot((xf.x0 + xf.x1) + (xf.x2 + xf.x3) + ((xf.x4 + xf.x5) + (xf.x6 + xf.x7)), vec4<f32>(1.0));
+        f = vec4<f32>(
+            dot(q4row(v.v0, xf), NIB_POS),
+            dot(q4row(v.v1, xf), NIB_POS),
+            dot(q4row(v.v2, xf), NIB_POS),
+            dot(q4row(v.v3, xf), NIB_POS),
+        );
+    }
+    return l.sc4 * f + l.z4 * sx;
+}
+
+// The item loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nb = rb / 136u;
+    let n = 8u * nb;
     var a = vec4<f32>(0.0);
-    for (var j = lid; j < 8u * nb; j += WG) {
-        let b = j / 8u;
-        let m = j % 8u;
-        let h = m / 4u;
-        let gb = group(b, nb);
-        let v0 = sub4(rr.x, rb, b, m);
-        let v1 = sub4(rr.y, rb, b, m);
-        let v2 = sub4(rr.z, rb, b, m);
-        let v3 = sub4(rr.w, rb, b, m);
-        let k0 = sz8(rr.x, rb, gb, h);
-        let k1 = sz8(rr.y, rb, gb, h);
-        let k2 = sz8(rr.z, rb, gb, h);
-        let k3 = sz8(rr.w, rb, gb, h);
-        let sc4 = vec4<f32>(k0.x, k1.x, k2.x, k3.x);
-        let z4 = vec4<f32>(k0.y, k1.y, k2.y, k3.y);
-        let x = xq(j);
-        var f: vec4<f32>;
-        var sx: f32;
-        if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
-            let dh = bitcast<f32>(x.h.x);
-            // 65536 sum q0 + 256 sum q1 + sum q2 (|.| < 2^29: exact in i32), times d / 2^16.
-            let q = bitcast<vec3<i32>>(vec3<u32>(0x4B400000u) - x.h.yzw) >> vec3<u32>(3u);
-            sx = f32(q.x * 65536 + q.y * 256 + q.z) * (dh * 0.00390625);
-            f = dh * vec4<f32>(q4i8(v0, x), q4i8(v1, x), q4i8(v2, x), q4i8(v3, x));
-        } else {
-            let xf = x8(j);
-            sx = dot((xf.x0 + xf.x1) + (xf.x2 + xf.x3) + ((xf.x4 + xf.x5) + (xf.x6 + xf.x7)), vec4<f32>(1.0));
-            f = vec4<f32>(
-                dot(q4row(v0, xf), NIB_POS),
-                dot(q4row(v1, xf), NIB_POS),
-                dot(q4row(v2, xf), NIB_POS),
-                dot(q4row(v3, xf), NIB_POS),
-            );
+    var j = lid;
+    if (S1V == 1u) {
+        for (; j + WG < n; j += 2u * WG) {
+            let l = load1_i8(rr, j, rb, nb);
+            let ln = load1_i8(rr, j + WG, rb, nb);
+            a += step1_i8(l, j) + step1_i8(ln, j + WG);
         }
-        a += sc4 * f + z4 * sx;
+    } else if (S1V == 2u && j < n) {
+        var l = load1_i8(rr, j, rb, nb);
+        for (; j + WG < n; j += WG) {
+            let ln = load1_i8(rr, j + WG, rb, nb);
+            a += step1_i8(l, j);
+            l = ln;
+        }
+        a += step1_i8(l, j);
+        j += WG;
+    }
+    for (; j < n; j += WG) {
+        a += step1_i8(load1_i8(rr, j, rb, nb), j);
     }
     return a;
 }
@@ -220,7 +251,7 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let nb = rb / 136u;
     let last = p.o - 1u;
     let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
-    if (p.reserved0 == 1u) {
+    if (p.reserved0 != 0u) {
         return partial1_i8(rr, lid);
     }
     var a = vec4<f32>(0.0);

@@ -128,39 +128,73 @@ fn f8row_h(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f
         + dot(e4m3_h(w.z), x2.xzyw) + dot(e4m3_h(w.w), x3.xzyw);
 }
 
+// Chunk c of the 4 rows, its tile scale and its activations.
+struct Ld1 {
+    v: Rows4,
+    d: f32,
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    x3: vec4<f32>,
+}
+
+fn load1_h(rr: vec4<u32>, c: u32, rb: u32, band: u32, tpr: u32) -> Ld1 {
+    let tk = band + group((16u * c) / 128u, tpr);
+    var d: f32;
+    if (UE8M0 == 1u) {
+        d = ue8m0(scale_byte(tk));
+    } else {
+        d = scale_f32(tk);
+    }
+    let xi = 4u * c;
+    return Ld1(rows4(rr, c, rb), scaled(d), xv[xi], xv[xi + 1u], xv[xi + 2u], xv[xi + 3u]);
+}
+
+// n collects the 4 rows' NaN flags (bit 7 of a byte: `f8row_h`).
+fn step1_h(l: Ld1, n: ptr<function, vec4<u32>>) -> vec4<f32> {
+    var n0 = 0u;
+    var n1 = 0u;
+    var n2 = 0u;
+    var n3 = 0u;
+    let f = vec4<f32>(
+        f8row_h(l.v.v0, l.x0, l.x1, l.x2, l.x3, &n0),
+        f8row_h(l.v.v1, l.x0, l.x1, l.x2, l.x3, &n1),
+        f8row_h(l.v.v2, l.x0, l.x1, l.x2, l.x3, &n2),
+        f8row_h(l.v.v3, l.x0, l.x1, l.x2, l.x3, &n3),
+    );
+    *n |= vec4<u32>(n0, n1, n2, n3);
+    return l.d * f;
+}
+
+// The chunk loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
 fn partial1_h(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let tpr = p.sc_row;
     let band = (rr.x / 128u) * tpr;
     var a = vec4<f32>(0.0);
-    var n0 = 0u;
-    var n1 = 0u;
-    var n2 = 0u;
-    var n3 = 0u;
-    for (var c = lid; c < nch; c += WG) {
-        let v = rows4(rr, c, rb);
-        let tk = band + group((16u * c) / 128u, tpr);
-        var d: f32;
-        if (UE8M0 == 1u) {
-            d = ue8m0(scale_byte(tk));
-        } else {
-            d = scale_f32(tk);
+    var n = vec4<u32>(0u);
+    var c = lid;
+    if (S1V == 1u) {
+        for (; c + WG < nch; c += 2u * WG) {
+            let l = load1_h(rr, c, rb, band, tpr);
+            let ln = load1_h(rr, c + WG, rb, band, tpr);
+            a += step1_h(l, &n) + step1_h(ln, &n);
         }
-        let xi = 4u * c;
-        let x0 = xv[xi];
-        let x1 = xv[xi + 1u];
-        let x2 = xv[xi + 2u];
-        let x3 = xv[xi + 3u];
-        let f = vec4<f32>(
-            f8row_h(v.v0, x0, x1, x2, x3, &n0),
-            f8row_h(v.v1, x0, x1, x2, x3, &n1),
-            f8row_h(v.v2, x0, x1, x2, x3, &n2),
-            f8row_h(v.v3, x0, x1, x2, x3, &n3),
-        );
-        a += scaled(d) * f;
+    } else if (S1V == 2u && c < nch) {
+        var l = load1_h(rr, c, rb, band, tpr);
+        for (; c + WG < nch; c += WG) {
+            let ln = load1_h(rr, c + WG, rb, band, tpr);
+            a += step1_h(l, &n);
+            l = ln;
+        }
+        a += step1_h(l, &n);
+        c += WG;
     }
-    let nan = (vec4<u32>(n0, n1, n2, n3) & vec4<u32>(0x80808080u)) != vec4<u32>(0u);
+    for (; c < nch; c += WG) {
+        a += step1_h(load1_h(rr, c, rb, band, tpr), &n);
+    }
+    let nan = (n & vec4<u32>(0x80808080u)) != vec4<u32>(0u);
     let qnan = bitcast<f32>(0x7FC00000u + p.reserved0 * 0u);
     return select(a * 256.0, vec4<f32>(qnan), nan);
 }

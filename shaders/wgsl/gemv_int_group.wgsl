@@ -60,35 +60,67 @@ fn fast1() -> bool {
     return GS % 32u == 0u;
 }
 
-// Packed int8 activations (p.reserved0 == 1, prelude `q4i8`): each chunk's integer sums
+// Packed int8 activations (p.reserved0 = 1 or 2, prelude `xq`, `q4i8`): each chunk's integer sums
 // times d / 256 and its group scale; a block the host flagged takes the f32 path.
+// Chunk c of the 4 rows, their group scales and block c's planes.
+struct Ld1 {
+    v: Rows4,
+    sg: vec4<f32>,
+    x: XQ,
+}
+
+fn load1_i8(rr: vec4<u32>, c: u32, rb: u32, ng: u32) -> Ld1 {
+    let g = group(min((32u * c) / GS, ng - 1u), ng);
+    let sg = vec4<f32>(
+        scaled(scale_f32(rr.x * ng + g)),
+        scaled(scale_f32(rr.y * ng + g)),
+        scaled(scale_f32(rr.z * ng + g)),
+        scaled(scale_f32(rr.w * ng + g)),
+    );
+    return Ld1(rows4(rr, c, rb), sg, xq(c));
+}
+
+fn step1_i8(l: Ld1, c: u32) -> vec4<f32> {
+    let v = l.v;
+    let x = l.x;
+    if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
+        let dh = bitcast<f32>(x.h.x);
+        return (dh * l.sg) * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
+    }
+    let xf = x8(c);
+    return l.sg * vec4<f32>(
+        dot(q4row(v.v0, xf), NIB_POS),
+        dot(q4row(v.v1, xf), NIB_POS),
+        dot(q4row(v.v2, xf), NIB_POS),
+        dot(q4row(v.v3, xf), NIB_POS),
+    );
+}
+
+// The chunk loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let ng = p.sc_row;
     var a = vec4<f32>(0.0);
-    for (var c = lid; c < nch; c += WG) {
-        let v = rows4(rr, c, rb);
-        let g = group(min((32u * c) / GS, ng - 1u), ng);
-        let sg = vec4<f32>(
-            scaled(scale_f32(rr.x * ng + g)),
-            scaled(scale_f32(rr.y * ng + g)),
-            scaled(scale_f32(rr.z * ng + g)),
-            scaled(scale_f32(rr.w * ng + g)),
-        );
-        let x = xq(c);
-        if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
-            let dh = bitcast<f32>(x.h.x);
-            a += (dh * sg) * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
-        } else {
-            let xf = x8(c);
-            a += sg * vec4<f32>(
-                dot(q4row(v.v0, xf), NIB_POS),
-                dot(q4row(v.v1, xf), NIB_POS),
-                dot(q4row(v.v2, xf), NIB_POS),
-                dot(q4row(v.v3, xf), NIB_POS),
-            );
+    var c = lid;
+    if (S1V == 1u) {
+        for (; c + WG < nch; c += 2u * WG) {
+            let l = load1_i8(rr, c, rb, ng);
+            let ln = load1_i8(rr, c + WG, rb, ng);
+            a += step1_i8(l, c) + step1_i8(ln, c + WG);
         }
+    } else if (S1V == 2u && c < nch) {
+        var l = load1_i8(rr, c, rb, ng);
+        for (; c + WG < nch; c += WG) {
+            let ln = load1_i8(rr, c + WG, rb, ng);
+            a += step1_i8(l, c);
+            l = ln;
+        }
+        a += step1_i8(l, c);
+        c += WG;
+    }
+    for (; c < nch; c += WG) {
+        a += step1_i8(load1_i8(rr, c, rb, ng), c);
     }
     return a;
 }
@@ -99,7 +131,7 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     let ng = p.sc_row;
     let last = p.o - 1u;
     let rr = vec4<u32>(row0, min(row0 + 1u, last), min(row0 + 2u, last), min(row0 + 3u, last));
-    if (p.reserved0 == 1u) {
+    if (p.reserved0 != 0u) {
         return partial1_i8(rr, lid);
     }
     // Per row and nibble position (q4row), each chunk's sum times its group scale.

@@ -78,27 +78,54 @@ fn i8dotx4(w: vec4<u32>, xk: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(dot(i8v(w.x), xk), dot(i8v(w.y), xk), dot(i8v(w.z), xk), dot(i8v(w.w), xk));
 }
 
-// ---- S = 1, int4, packed int8 activations (p.reserved0 == 1; prelude: `XQ`, `q4i8`) ----
+// ---- S = 1, int4, packed int8 activations (p.reserved0 = 1 or 2; prelude: `XQ`, `xq`, `q4i8`) ----
 
+// One chunk's contribution: v (chunk c of the 4 rows) against block c's planes x.
+fn step1_i8(v: Rows4, x: XQ, c: u32) -> vec4<f32> {
+    if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
+        let dh = bitcast<f32>(x.h.x);
+        return dh * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
+    }
+    let xf = x8(c);
+    return vec4<f32>(
+        dot(q4row(v.v0, xf), NIB_POS),
+        dot(q4row(v.v1, xf), NIB_POS),
+        dot(q4row(v.v2, xf), NIB_POS),
+        dot(q4row(v.v3, xf), NIB_POS),
+    );
+}
+
+// The chunk loop of the packed path in the S1V variant (prelude `S1V`): 0 one chunk an
+// iteration, 1 two chunks an iteration (both chunks' loads issued before either decode),
+// 2 the next chunk's loads issued before the current one is decoded.
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     var a = vec4<f32>(0.0);
-    for (var c = lid; c < nch; c += WG) {
-        let v = rows4(rr, c, rb);
-        let x = xq(c);
-        if ((x.h.x & 0x7F800000u) != 0x7F800000u) {
-            let dh = bitcast<f32>(x.h.x);
-            a += dh * vec4<f32>(q4i8(v.v0, x), q4i8(v.v1, x), q4i8(v.v2, x), q4i8(v.v3, x));
-        } else {
-            let xf = x8(c);
-            a += vec4<f32>(
-                dot(q4row(v.v0, xf), NIB_POS),
-                dot(q4row(v.v1, xf), NIB_POS),
-                dot(q4row(v.v2, xf), NIB_POS),
-                dot(q4row(v.v3, xf), NIB_POS),
-            );
+    var c = lid;
+    if (S1V == 1u) {
+        for (; c + WG < nch; c += 2u * WG) {
+            let v = rows4(rr, c, rb);
+            let w = rows4(rr, c + WG, rb);
+            let x = xq(c);
+            let xn = xq(c + WG);
+            a += step1_i8(v, x, c) + step1_i8(w, xn, c + WG);
         }
+    } else if (S1V == 2u && c < nch) {
+        var v = rows4(rr, c, rb);
+        var x = xq(c);
+        for (; c + WG < nch; c += WG) {
+            let vn = rows4(rr, c + WG, rb);
+            let xn = xq(c + WG);
+            a += step1_i8(v, x, c);
+            v = vn;
+            x = xn;
+        }
+        a += step1_i8(v, x, c);
+        c += WG;
+    }
+    for (; c < nch; c += WG) {
+        a += step1_i8(rows4(rr, c, rb), xq(c), c);
     }
     return a;
 }
@@ -115,7 +142,7 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
         scaled(scale_f32(rr.z)),
         scaled(scale_f32(rr.w)),
     );
-    if (BITS == 4u && p.reserved0 == 1u) {
+    if (BITS == 4u && p.reserved0 != 0u) {
         return partial1_i8(rr, lid) * d;
     }
     var a = vec4<f32>(0.0);

@@ -27,6 +27,9 @@ var<immediate> p: Params;
 override S: u32 = 1u;
 override ROWS: u32 = 1u;
 override MUTATE: u32 = 0u;
+// The S = 1 chunk loop of the packed int8 and fp8 paths (kernels.rs `s1_variant`): 0 one
+// chunk an iteration, 1 two chunks an iteration, 2 the next chunk's loads issued first.
+override S1V: u32 = 0u;
 
 const WG: u32 = 128u;
 
@@ -328,8 +331,9 @@ fn q4row(w: vec4<u32>, x: X8) -> vec4<f32> {
 }
 
 // ---- S = 1, int4 (offset binary), packed int8 activations ----------------------------------
-// Where p.reserved0 == 1 (gemv_int_row BITS 4, gemv_int_group and gemv_affine256 at S = 1
-// only: the host appended them; kernels_metal::kernels::int8_activations).
+// Where p.reserved0 is 1 or 2 (gemv_int_row BITS 4, gemv_int_group and gemv_affine256 at
+// S = 1 only: the host appended them; kernels_metal::kernels::int8_activations; 1 and 2 name
+// the layout, `xq`).
 // kernels_metal::kernels::pack_int8_activations: after x's x_stride floats, 7 vec4s for
 // each 32-weight block b (= 16-byte chunk b of a row): planes 0, 1, 2 (2 vec4s each) of
 // signed bytes q_k with x ~ d (q0 + q1 / 256 + q2 / 65536), then (d / 256, and for each
@@ -349,7 +353,24 @@ struct XQ {
     h: vec4<u32>,
 }
 
+// Block c's 7 vec4s. p.reserved0 == 2 (planar, the hosts' default since session 6): vec4 k
+// of every block together, at x_stride / 4 + k nb + c (nb = x_stride / 32 blocks at S = 1),
+// so a subgroup's 7 loads each read one contiguous run; 1 (interleaved): block c's 7 vec4s
+// together at x_stride / 4 + 7 c, each load strided by 112 bytes across the subgroup.
 fn xq(c: u32) -> XQ {
+    if (p.reserved0 == 2u) {
+        let nb = p.x_stride >> 5u;
+        let k0 = (p.x_stride >> 2u) + c;
+        return XQ(
+            bitcast<vec4<u32>>(xv[k0]),
+            bitcast<vec4<u32>>(xv[k0 + nb]),
+            bitcast<vec4<u32>>(xv[k0 + 2u * nb]),
+            bitcast<vec4<u32>>(xv[k0 + 3u * nb]),
+            bitcast<vec4<u32>>(xv[k0 + 4u * nb]),
+            bitcast<vec4<u32>>(xv[k0 + 5u * nb]),
+            bitcast<vec4<u32>>(xv[k0 + 6u * nb]),
+        );
+    }
     let k = (p.x_stride >> 2u) + 7u * c;
     return XQ(
         bitcast<vec4<u32>>(xv[k]),

@@ -10,7 +10,7 @@
 //! beside the timestamps. The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
 //! weights are never in the L2.
 //!
-//! Usage: bench_gemv [--quick] [--no-sweep] [--warm-ms 1500] [--formats a,b] [--batches 1,16]
+//! Usage: bench_gemv [--quick] [--no-sweep] [--default-only] [--warm-ms 1500] [--formats a,b] [--batches 1,16]
 //!                   [--shapes 6144x16384,...] [--rotate-mb 512] [--copy-mb 1024]
 //!                   [--record FILE]
 //! Adapter: TESSERA_WGPU_ADAPTER=<name substring>. Prints markdown tables on stdout (the
@@ -49,6 +49,8 @@ const FORMATS: [Format; 5] = [
 struct Opts {
     reps: usize,
     sweep: bool,
+    /// `--default-only`: not the f32 path of the formats that take packed int8 x either.
+    default_only: bool,
     formats: Vec<Format>,
     batches: Vec<usize>,
     shapes: Vec<(usize, usize)>,
@@ -71,6 +73,7 @@ fn parse_args() -> Result<Opts, String> {
         reps: 50,
         warm: std::time::Duration::from_millis(1500),
         sweep: true,
+        default_only: false,
         formats: FORMATS.to_vec(),
         batches: vec![1, 16],
         shapes: SHAPES.to_vec(),
@@ -84,6 +87,10 @@ fn parse_args() -> Result<Opts, String> {
         match a.as_str() {
             "--quick" => o.reps = 10,
             "--no-sweep" => o.sweep = false,
+            "--default-only" => {
+                o.sweep = false;
+                o.default_only = true;
+            }
             "--warm-ms" => {
                 let v = value()?;
                 let ms = v
@@ -430,6 +437,11 @@ struct Timing {
     stamped: Option<f64>,
     /// Wall time of `reps` dispatches in one submission, divided by `reps`.
     queued: f64,
+    /// Median time between encoder timestamps around each of `reps` dispatches queued
+    /// back to back in one command buffer (one pass each; wgpu puts a barrier between
+    /// them, as y is written by each): the Vulkan tier's bench method (None without
+    /// TIMESTAMP_QUERY_INSIDE_ENCODERS).
+    b2b: Option<f64>,
 }
 
 /// Times `reps` dispatches of `s` over the rotating copies `ws`.
@@ -535,7 +547,39 @@ fn time_gemv(
         read.unmap();
         median(times)
     });
-    Timing { stamped, queued }
+    let enc_stamps = b.has_timestamps()
+        && b.device()
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+    let b2b = enc_stamps.then(|| {
+        let n = reps as u32 + 1;
+        let qs = b.device().create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("gemv b2b"),
+            ty: wgpu::QueryType::Timestamp,
+            count: n,
+        });
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        enc.write_timestamp(&qs, 0);
+        for k in 0..reps {
+            run(&mut enc, k, None);
+            enc.write_timestamp(&qs, k as u32 + 1);
+        }
+        b.queue().submit([enc.finish()]);
+        wait(b);
+        let ticks = read_ticks(b, &qs, n);
+        let period = f64::from(b.queue().get_timestamp_period()) * 1e-9;
+        median(
+            ticks
+                .windows(2)
+                .map(|w| w[1].wrapping_sub(w[0]) as f64 * period)
+                .collect(),
+        )
+    });
+    Timing {
+        stamped,
+        queued,
+        b2b,
+    }
 }
 
 struct Row {
@@ -583,7 +627,7 @@ fn main() {
         ..base.clone()
     })
     .ok()
-    .filter(|_| base.int8_activations);
+    .filter(|_| base.int8_activations && !opts.default_only);
     let ceiling = copy_ceiling(&b, opts.copy_bytes);
     let copy = ceiling.gbps();
     println!(
@@ -701,8 +745,11 @@ fn main() {
     }
     let line = |r: &Row, extra: bool| {
         let gbps = r.bytes as f64 / r.secs() / 1e9;
+        let (b2b_us, b2b_pct) = r.t.b2b.map_or((f64::NAN, f64::NAN), |t| {
+            (t * 1e6, 100.0 * r.bytes as f64 / t / 1e9 / copy)
+        });
         let mut s = format!(
-            "| {} | {}x{} | {} | {:.1} | {gbps:.1} | {:.1}% |",
+            "| {} | {}x{} | {} | {:.1} | {gbps:.1} | {:.1}% | {b2b_us:.1} | {b2b_pct:.1}% |",
             r.format,
             r.rows,
             r.cols,
@@ -722,16 +769,18 @@ fn main() {
         s
     };
     println!("## wgpu GEMV, default kernels ({})\n", b.describe());
-    println!("| format | shape | S | us | GB/s (weight + scale bytes) | % of copy |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| format | shape | S | us | GB/s (weight + scale bytes) | % of copy | us back to back | % of copy (back to back) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in out.iter().filter(|r| r.default) {
         println!("{}", line(r, false));
     }
     println!("\n## every variant (reduction path, rows per workgroup)\n");
     println!(
-        "| format | shape | S | us | GB/s | % of copy | reduction | rows/wg | us queued | max err (128 rows) |"
+        "| format | shape | S | us | GB/s | % of copy | us b2b | % b2b | reduction | rows/wg | us queued | max err (128 rows) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in &out {
         println!("{}", line(r, true));
     }
@@ -743,7 +792,7 @@ fn main() {
         );
         for (k, r) in out.iter().enumerate() {
             j.push_str(&format!(
-                "  {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"reduction\": \"{}\", \"rows_per_wg\": {}, \"default\": {}, \"us\": {}, \"us_queued\": {}, \"bytes\": {}, \"check\": {}}}{}\n",
+                "  {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"reduction\": \"{}\", \"rows_per_wg\": {}, \"default\": {}, \"us\": {}, \"us_queued\": {}, \"us_b2b\": {}, \"bytes\": {}, \"check\": {}}}{}\n",
                 r.format,
                 r.rows,
                 r.cols,
@@ -753,6 +802,7 @@ fn main() {
                 r.default,
                 r.secs() * 1e6,
                 r.t.queued * 1e6,
+                r.t.b2b.map_or("null".to_string(), |t| (t * 1e6).to_string()),
                 r.bytes,
                 if r.check.is_finite() { r.check.to_string() } else { "null".into() },
                 if k + 1 < out.len() { "," } else { "" }

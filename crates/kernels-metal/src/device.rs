@@ -31,6 +31,50 @@ pub enum Subgroups {
     Require,
 }
 
+/// The runtime checks naga adds to the kernels when wgpu compiles them
+/// (`wgpu::ShaderRuntimeChecks`). Buffer sizes, shapes, rows a workgroup and S are checked
+/// by the host before any dispatch (`Params::new`, [`WgpuBackend::encode_gemv`],
+/// `KernelSpec::admits`), so the checks only matter for a kernel bug.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ShaderChecks {
+    /// wgpu's default (`create_shader_module`): index clamping (buffers: the driver's
+    /// robustBufferAccess2 where Vulkan offers it, else clamped too), loop counters that
+    /// bound every loop, guarded integer division.
+    All,
+    /// Index and buffer bounds checks kept; no loop counters, no division guards: what the
+    /// Vulkan tier's SPIR-V carries (kernels-rocm `build/shaders.rs`).
+    Bounds,
+    /// None of naga's checks (on Vulkan the driver's robustBufferAccess2, which wgpu
+    /// enables where offered, still bounds buffer accesses).
+    None,
+}
+
+/// [`Options::checks`] without `TESSERA_WGPU_CHECKED`.
+pub const SHADER_CHECKS_DEFAULT: ShaderChecks = ShaderChecks::Bounds;
+
+impl ShaderChecks {
+    /// `TESSERA_WGPU_CHECKED`: `1` / `all` [`ShaderChecks::All`], `bounds`
+    /// [`ShaderChecks::Bounds`], `0` / `none` [`ShaderChecks::None`]; unset or anything
+    /// else: [`SHADER_CHECKS_DEFAULT`].
+    pub fn from_env() -> ShaderChecks {
+        match std::env::var("TESSERA_WGPU_CHECKED").as_deref() {
+            Ok("1" | "all") => ShaderChecks::All,
+            Ok("bounds") => ShaderChecks::Bounds,
+            Ok("0" | "none") => ShaderChecks::None,
+            _ => SHADER_CHECKS_DEFAULT,
+        }
+    }
+
+    /// The name the bench and `describe` print.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShaderChecks::All => "all checks",
+            ShaderChecks::Bounds => "bounds checks only",
+            ShaderChecks::None => "no shader checks",
+        }
+    }
+}
+
 /// A deliberate defect compiled into every kernel through its `MUTATE` override, so the
 /// conformance tests can be shown to fail (docs/WGPU.md).
 #[cfg(feature = "mutation-test")]
@@ -79,6 +123,10 @@ pub struct Options {
     /// The int4 formats at S = 1 take packed int8 activations (`dot4I8Packed`;
     /// `kernels::int8_activations`); `false`: the f32 path everywhere.
     pub int8_activations: bool,
+    /// naga's runtime checks in the compiled kernels.
+    pub checks: ShaderChecks,
+    /// The `S1V` override of every pipeline (`kernels::s1_variant`: the S = 1 chunk loop).
+    pub s1_variant: u32,
 }
 
 impl Default for Options {
@@ -88,6 +136,8 @@ impl Default for Options {
             adapter: None,
             mutate: 0,
             int8_activations: true,
+            checks: SHADER_CHECKS_DEFAULT,
+            s1_variant: kernels::S1_VARIANT_DEFAULT,
         }
     }
 }
@@ -95,8 +145,9 @@ impl Default for Options {
 impl Options {
     /// Defaults, changed by the environment: `TESSERA_WGPU_SUBGROUPS` = `never` / `require`
     /// / `auto`, `TESSERA_WGPU_ADAPTER` = a name substring, `TESSERA_WGPU_INT8_X=0` (the f32
-    /// path for the int4 formats at S = 1 too), and (with the `mutation-test`
-    /// feature only) `TESSERA_WGPU_MUTATE`.
+    /// path for the int4 formats at S = 1 too), `TESSERA_WGPU_CHECKED`
+    /// ([`ShaderChecks::from_env`]), `TESSERA_WGSL_S1` (`kernels::s1_variant`), and (with the `mutation-test` feature only)
+    /// `TESSERA_WGPU_MUTATE`.
     pub fn from_env() -> Options {
         let mut o = Options::default();
         match std::env::var("TESSERA_WGPU_SUBGROUPS").as_deref() {
@@ -105,6 +156,8 @@ impl Options {
             _ => {}
         }
         o.int8_activations = std::env::var("TESSERA_WGPU_INT8_X").as_deref() != Ok("0");
+        o.checks = ShaderChecks::from_env();
+        o.s1_variant = kernels::s1_variant();
         o.adapter = std::env::var("TESSERA_WGPU_ADAPTER")
             .ok()
             .filter(|s| !s.is_empty());
@@ -207,6 +260,10 @@ pub struct WgpuBackend {
     timestamps: bool,
     mutate: u32,
     int8_x: bool,
+    checks: ShaderChecks,
+    s1v: u32,
+    /// `Params::reserved0` of the packed int8 path: the layout (`kernels::int8_x_layout`).
+    int8_layout: u32,
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -377,6 +434,9 @@ impl WgpuBackend {
             timestamps,
             mutate: opts.mutate,
             int8_x: opts.int8_activations,
+            checks: opts.checks,
+            s1v: opts.s1_variant,
+            int8_layout: kernels::int8_x_layout(),
             layout,
             pipeline_layout,
             modules: Mutex::new(HashMap::new()),
@@ -393,6 +453,10 @@ impl WgpuBackend {
     /// Whether the kernels reduce with subgroup operations on this device.
     pub fn uses_subgroups(&self) -> bool {
         self.subgroups
+    }
+    /// naga's runtime checks in this device's kernels.
+    pub fn shader_checks(&self) -> ShaderChecks {
+        self.checks
     }
     /// Whether the device was given `Features::TIMESTAMP_QUERY`.
     pub fn has_timestamps(&self) -> bool {
@@ -424,7 +488,7 @@ impl WgpuBackend {
             } else {
                 String::new()
             }
-        )
+        ) + &format!(", {}, S1V={}", self.checks.name(), self.s1v)
     }
 
     fn check_uncaptured(&self) -> Result<(), BackendError> {
@@ -526,12 +590,51 @@ impl WgpuBackend {
         let src = kernels::shader_source(file)
             .ok_or_else(|| device_err(format!("no shader source {file}")))?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(file),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(file),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        };
+        let module = match self.checks {
+            ShaderChecks::All => self.device.create_shader_module(desc),
+            ShaderChecks::Bounds | ShaderChecks::None => {
+                let mut checks = wgpu::ShaderRuntimeChecks::checked();
+                checks.force_loop_bounding = false;
+                checks.int_div_checks = false;
+                checks.bounds_checks = self.checks == ShaderChecks::Bounds;
+                // SAFETY: `create_shader_module_trusted` requires that the kernels, for
+                // every input the host lets through, never loop forever, never divide an
+                // integer by zero (or i32::MIN by -1) and (with `bounds_checks` off) never
+                // index outside an array or binding. The host lets through only:
+                // - a `GpuTensor` made by `upload` from a registry-checked `QTensor`:
+                //   weight and scale buffers of at least the registry's byte counts,
+                //   zero-padded by `kernels::padded_len` (16 bytes past the last whole
+                //   vec4), and `Params` from `Params::new` for that tensor's (format, O, I,
+                //   S), which fails unless O, I and every byte count fit the kernels' u32
+                //   arithmetic;
+                // - an S in `CAPABILITIES` (1..=16) and rows a workgroup `KernelSpec::admits`
+                //   (rows * S <= 16 on the per-row path, so the private `acc`/`t`/`u`
+                //   arrays, 16 long, are indexed below 16);
+                // - x and y buffers that `encode_gemv` checked hold [S, x_stride] floats
+                //   (plus the packed planes where `reserved0` = 1) and [S, O] floats.
+                // The kernels then read rows < O only (`row0 + r < p.o` or `min(.., O - 1)`),
+                // bytes below `row_bytes` of a row plus at most one vec4 past it (inside
+                // the padding), activation columns below x_stride (blocks below
+                // x_stride / 32 for the planes), scales below the registry's count, and
+                // workgroup slots below 512 (`red[k * 32 + sgid]`, k < 16, fewer than 32
+                // subgroups: subgroups of at least `MIN_SUBGROUP` are required); they write
+                // y[s * O + row] for s < S and row < O only. Every loop runs to a bound
+                // taken from the immediates or a constant (row chunks, blocks, rows, S,
+                // subgroups: all below 2^28, as a row's bytes and I fit u32), stepping by a
+                // nonzero constant, so no counter wraps. Integer divisors are nonzero
+                // constants (GS, BITS, block sizes), S (>= 1), or row bytes over blocks a
+                // row (ggml: I / 32 or I / 256, at least 1: the registry refuses empty
+                // shapes and partial GGML blocks). The conformance suites run every format,
+                // S and edge shape (odd O, odd I, partial groups, O = 1) with the default
+                // (`ShaderChecks::Bounds`); tests/device.rs runs long rows of the S = 1
+                // fast paths with every check and with none.
+                unsafe { self.device.create_shader_module_trusted(desc, checks) }
+            }
+        };
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(device_err(format!("{file}: {e}")));
         }
@@ -554,7 +657,12 @@ impl WgpuBackend {
             )));
         }
         let file = spec.file_for(self.subgroups);
-        let overrides = spec.overrides(s, rows, self.mutate);
+        let mut overrides = spec.overrides(s, rows, self.mutate);
+        for (name, v) in &mut overrides {
+            if *name == "S1V" {
+                *v = f64::from(self.s1v);
+            }
+        }
         let mut key = file.to_string();
         for (n, v) in &overrides {
             key.push_str(&format!("|{n}={v}"));
@@ -597,7 +705,7 @@ impl WgpuBackend {
 
     /// `x` ([s, I], logical domain) rotated into `w`'s stored domain and laid out as the
     /// kernels read it: [s, x_stride], zero past I; where [`Self::uses_int8_activations`],
-    /// followed by `kernels::pack_int8_activations` (u32 words, as f32 bits).
+    /// followed by `kernels::pack_int8_activations_as` (u32 words, as f32 bits).
     pub fn prepare_activations(
         &self,
         w: &GpuTensor,
@@ -631,10 +739,40 @@ impl WgpuBackend {
             }
         }
         if self.uses_int8_activations(w.format, s) {
-            let packed = kernels::pack_int8_activations(&out);
+            let packed = kernels::pack_int8_activations_as(&out, self.int8_layout);
             out.extend(packed.into_iter().map(f32::from_bits));
         }
         Ok(out)
+    }
+
+    /// The bytes the x and y bindings of a GEMV of `w` at batch `s` must hold: [s,
+    /// x_stride] floats (plus the packed planes where [`Self::uses_int8_activations`]),
+    /// and [s, O] floats.
+    pub fn binding_bytes(&self, w: &GpuTensor, s: usize) -> Result<(u64, u64), BackendError> {
+        let overflow = QuantError::SizeOverflow {
+            format: w.format,
+            rows: w.rows,
+            cols: w.cols,
+        };
+        let floats = kernels::x_stride(w.cols)
+            .and_then(|st| st.checked_mul(s))
+            .ok_or(overflow.clone())?;
+        let packed = if self.uses_int8_activations(w.format, s) {
+            (floats / 32)
+                .checked_mul(kernels::INT8_X_VEC4S_PER_BLOCK * 4)
+                .ok_or(overflow.clone())?
+        } else {
+            0
+        };
+        let x = floats
+            .checked_add(packed)
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(overflow.clone())?;
+        let y = s
+            .checked_mul(w.rows)
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(overflow)?;
+        Ok((x as u64, y as u64))
     }
 
     /// Records one GEMV dispatch of `w` into `pass` (pipeline, bindings, immediates), reading
@@ -656,9 +794,20 @@ impl WgpuBackend {
             s,
         })?;
         let mut params = Params::new(w.format, w.rows, w.cols, s)?;
+        // The kernels index x and y from the immediates alone (see `module`'s SAFETY):
+        // buffers too small for this tensor and S are refused here, before any dispatch.
+        let (x_need, y_need) = self.binding_bytes(w, s)?;
+        if x.size() < x_need || y.size() < y_need {
+            return Err(device_err(format!(
+                "{} at S={s}: x buffer {} bytes (needs {x_need}), y buffer {} bytes (needs {y_need})",
+                w.format.name(),
+                x.size(),
+                y.size()
+            )));
+        }
         if self.uses_int8_activations(w.format, s) {
             // `x` came from prepare_activations, which appended the packed planes.
-            params.reserved0 = 1;
+            params.reserved0 = self.int8_layout;
         }
         params.reserved1 = kernels::fp8_decode_param();
         let pipeline = self.pipeline(&spec, s, rows)?;

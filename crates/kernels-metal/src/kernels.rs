@@ -13,7 +13,8 @@
 //!   (the sidecar bytes, padded the same way; a [`BUFFER_ALIGN`]-byte zero dummy when the
 //!   format has none), binding 2 `x` ([S, x_stride] f32, zero past I, in the stored domain:
 //!   the host rotates it for rotated formats; where [`int8_activations`] and the host opts
-//!   in, followed by [`pack_int8_activations`] with `Params::reserved0` = 1), binding 3 `y`
+//!   in, followed by [`pack_int8_activations_as`] with `Params::reserved0` = the layout,
+//!   [`int8_x_layout`]), binding 3 `y`
 //!   ([S, O] f32, read-write);
 //! - immediates (push constants): [`Params`], 32 bytes;
 //! - workgroups of [`WORKGROUP_SIZE`] invocations, each owning `ROWS` consecutive rows
@@ -258,6 +259,7 @@ impl KernelSpec {
         v.push(("S", s as f64));
         v.push(("ROWS", f64::from(rows)));
         v.push(("MUTATE", f64::from(mutate)));
+        v.push(("S1V", f64::from(s1_variant())));
         v
     }
 
@@ -359,6 +361,25 @@ pub fn batch_tiling() -> bool {
     std::env::var("TESSERA_WGSL_BATCH_TILE").as_deref() != Ok("0")
 }
 
+/// The `S1V` override of every pipeline: the chunk loop of the S = 1 paths on packed int8
+/// activations (gemv_int_row BITS 4, gemv_int_group, gemv_affine256) and of gemv_fp8's
+/// binary16 decode. 0: one chunk an iteration; 1: two chunks an iteration, both chunks' loads
+/// issued before either is decoded; 2: the next chunk's loads issued before the current one
+/// is decoded. [`S1_VARIANT_DEFAULT`] unless `TESSERA_WGSL_S1` is `0`, `1` or `2` (A/B runs:
+/// read at run time by the wgpu tier, at build time by the Vulkan tier, whose build script
+/// bakes overrides into its SPIR-V). Every other kernel and S ignores it.
+pub fn s1_variant() -> u32 {
+    match std::env::var("TESSERA_WGSL_S1").as_deref() {
+        Ok("0") => 0,
+        Ok("1") => 1,
+        Ok("2") => 2,
+        _ => S1_VARIANT_DEFAULT,
+    }
+}
+
+/// [`s1_variant`] without `TESSERA_WGSL_S1`.
+pub const S1_VARIANT_DEFAULT: u32 = 0;
+
 /// [`Params::reserved1`] as the hosts set it: 1 where `TESSERA_FP8_DECODE=shift` (gemv_fp8
 /// at S = 1 then takes session 4's E4M3 decode; the benches' comparison), else 0 (the
 /// binary16 decode).
@@ -396,7 +417,8 @@ pub const INT8_X_FORMATS: [Format; 11] = [
 ];
 
 /// Whether the kernel of `format` at batch `s` can take packed int8 activations
-/// ([`pack_int8_activations`], appended to x, with `Params::reserved0` = 1): the
+/// ([`pack_int8_activations_as`], appended to x, with `Params::reserved0` = the layout,
+/// [`int8_x_layout`]): the
 /// [`INT8_X_FORMATS`] at S = 1, where `partial1_i8` replaces 3-4 float operations a weight
 /// by one quarter of a packed 4 x 8-bit dot product per plane (`dot4I8Packed`).
 pub fn int8_activations(format: Format, s: usize) -> bool {
@@ -471,6 +493,49 @@ pub fn pack_int8_activations(x: &[f32]) -> Vec<u32> {
         out.extend_from_slice(&words);
     }
     out
+}
+
+/// `Params::reserved0` for [`pack_int8_activations`]'s block-by-block order.
+pub const INT8_X_INTERLEAVED: u32 = 1;
+/// `Params::reserved0` for [`pack_int8_activations_planar`]'s order (the default).
+pub const INT8_X_PLANAR: u32 = 2;
+
+/// The packed int8 layout the hosts use, as `Params::reserved0`: [`INT8_X_PLANAR`] unless
+/// `TESSERA_INT8_X_LAYOUT=interleaved` ([`INT8_X_INTERLEAVED`], session 5's order; A/B runs).
+/// Read when a backend is opened.
+pub fn int8_x_layout() -> u32 {
+    if std::env::var("TESSERA_INT8_X_LAYOUT").as_deref() == Ok("interleaved") {
+        INT8_X_INTERLEAVED
+    } else {
+        INT8_X_PLANAR
+    }
+}
+
+/// [`pack_int8_activations`] with its 16-byte units reordered plane-major: unit k
+/// (k = 0..7: plane 0 words 0..3, 4..7, plane 1 .., plane 2 .., header) of block b at unit
+/// k nb + b (nb = x.len() / 32 blocks). The kernels' `xq` then reads unit k of neighbouring
+/// blocks from neighbouring addresses, so each of a subgroup's 7 loads is one contiguous
+/// run instead of 32 pieces 112 bytes apart.
+pub fn pack_int8_activations_planar(x: &[f32]) -> Vec<u32> {
+    let inter = pack_int8_activations(x);
+    let nb = inter.len() / (INT8_X_VEC4S_PER_BLOCK * 4);
+    let mut out = vec![0u32; inter.len()];
+    for (b, blk) in inter.chunks_exact(INT8_X_VEC4S_PER_BLOCK * 4).enumerate() {
+        for (k, unit) in blk.chunks_exact(4).enumerate() {
+            let at = 4 * (k * nb + b);
+            out[at..at + 4].copy_from_slice(unit);
+        }
+    }
+    out
+}
+
+/// The packed activations in `layout` ([`INT8_X_PLANAR`] or [`INT8_X_INTERLEAVED`]).
+pub fn pack_int8_activations_as(x: &[f32], layout: u32) -> Vec<u32> {
+    if layout == INT8_X_PLANAR {
+        pack_int8_activations_planar(x)
+    } else {
+        pack_int8_activations(x)
+    }
 }
 
 /// Bytes a storage buffer holding `len` bytes is given: `len` rounded up to
@@ -561,6 +626,28 @@ pub fn kernel_for(format: Format) -> Option<KernelSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planar_int8_activations_are_the_interleaved_units_where_xq_reads_them() {
+        // x_stride = 256 at S = 1: 8 blocks; unit k of block c at x_stride / 4 + k nb + c
+        // vec4s into binding 2, i.e. unit k nb + c of the appended words (prelude `xq`).
+        let x: Vec<f32> = (0..256).map(|k| (k as f32 * 0.37).sin()).collect();
+        let inter = pack_int8_activations(&x);
+        let planar = pack_int8_activations_planar(&x);
+        assert_eq!(planar.len(), inter.len());
+        let nb = 256 / 32;
+        for c in 0..nb {
+            for k in 0..INT8_X_VEC4S_PER_BLOCK {
+                let at = 4 * (k * nb + c);
+                assert_eq!(
+                    planar[at..at + 4],
+                    inter[28 * c + 4 * k..28 * c + 4 * k + 4]
+                );
+            }
+        }
+        assert_eq!(pack_int8_activations_as(&x, INT8_X_PLANAR), planar);
+        assert_eq!(pack_int8_activations_as(&x, INT8_X_INTERLEAVED), inter);
+    }
 
     /// gemv_fp8's S = 1 decode (WGSL `e4m3_h`), emulated word by word: bytes 0 and 2 (lo)
     /// and 1 and 3 (hi) of a word become binary16 pairs that are exactly the E4M3 values

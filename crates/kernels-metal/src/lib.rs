@@ -26,4 +26,6 @@ pub use caps::CAPABILITIES;
 #[cfg(feature = "mutation-test")]
 pub use device::Mutation;
 #[cfg(feature = "wgpu")]
-pub use device::{GpuTensor, Options, PendingGemv, Subgroups, WgpuBackend};
+pub use device::{
+    GpuTensor, Options, PendingGemv, SHADER_CHECKS_DEFAULT, ShaderChecks, Subgroups, WgpuBackend,
+};

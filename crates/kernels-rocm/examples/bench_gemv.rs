@@ -47,6 +47,9 @@ struct Opts {
     /// goes idle (the host encodes each format's weights meanwhile); with 300 ms the first
     /// kernel after such a gap was sometimes timed at that clock, 4-5x slow (docs/VULKAN.md).
     warm_ms: u64,
+    /// `--default-only`: time only the path a user gets (packed int8 x where it applies),
+    /// not the f32 path beside it.
+    default_only: bool,
 }
 
 fn list<T>(v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -62,6 +65,7 @@ fn parse_args() -> Result<Opts, String> {
         copy_mb: 1024,
         rotate_mb: 512,
         warm_ms: 1500,
+        default_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -90,6 +94,7 @@ fn parse_args() -> Result<Opts, String> {
             }
             "--copy-mb" => o.copy_mb = num(&value()?)? as u64,
             "--rotate-mb" => o.rotate_mb = num(&value()?)?,
+            "--default-only" => o.default_only = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -216,7 +221,11 @@ fn main() {
                     if kernels_metal::kernels::int8_activations(format, s)
                         && info.integer_dot_product
                     {
-                        &[(false, "f32"), (true, "i8")]
+                        if opts.default_only {
+                            &[(true, "i8")]
+                        } else {
+                            &[(false, "f32"), (true, "i8")]
+                        }
                     } else {
                         &[(true, "f32")]
                     };
@@ -253,6 +262,27 @@ fn main() {
                 }
             }
         }
+    }
+    // The copy shader over each timed tensor's own byte count (50-100 MB here, against the
+    // ceiling's 1 GiB): how much of the ceiling a pass of that size reaches at all.
+    let mut sizes: Vec<u64> = results.iter().map(|r| r.bytes as u64).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if !sizes.is_empty() {
+        println!("\n| copy shader of n bytes | us | GB/s (2 n / t) | % of the ceiling |");
+        println!("| --- | --- | --- | --- |");
+    }
+    for n in sizes {
+        let t = median(
+            b.time_copy_shader(n, opts.reps.max(3))
+                .unwrap_or_else(|e| fail(e)),
+        );
+        let gbs = 2.0 * n as f64 / t / 1e9;
+        println!(
+            "| {n} | {:.1} | {gbs:.1} | {:.1}% |",
+            t * 1e6,
+            100.0 * gbs / copy
+        );
     }
     if let Some(out) = std::env::var_os("OUT") {
         let mut j = String::new();

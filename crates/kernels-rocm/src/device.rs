@@ -60,6 +60,10 @@ pub struct Options {
     pub adapter: Option<String>,
     pub subgroups: SubgroupPolicy,
     pub wave: WavePolicy,
+    /// Enable robustBufferAccess (and VK_EXT_robustness2's robustBufferAccess2 where
+    /// offered) on the device, as wgpu 30 always does: a diagnostic for the wgpu tier's
+    /// gap on the same kernels (`TESSERA_VK_ROBUST=1`; docs/VULKAN.md). Off by default.
+    pub robust_buffer_access: bool,
 }
 
 impl Default for Options {
@@ -68,13 +72,15 @@ impl Default for Options {
             adapter: None,
             subgroups: SubgroupPolicy::Auto,
             wave: WavePolicy::Auto,
+            robust_buffer_access: false,
         }
     }
 }
 
 impl Options {
     /// `TESSERA_VK_ADAPTER` (substring), `TESSERA_VK_SUBGROUPS` (`0`/`off` or `auto`),
-    /// `TESSERA_VK_WAVE` (`auto`, `default`, or a size such as `32` / `64`).
+    /// `TESSERA_VK_WAVE` (`auto`, `default`, or a size such as `32` / `64`),
+    /// `TESSERA_VK_ROBUST` (`1`: [`Options::robust_buffer_access`]).
     pub fn from_env() -> Result<Options, VulkanError> {
         let mut o = Options::default();
         let bad = |var: &str, v: &str| VulkanError::Unavailable {
@@ -99,6 +105,7 @@ impl Options {
                 n => WavePolicy::Size(n.parse().map_err(|_| bad("TESSERA_VK_WAVE", n))?),
             };
         }
+        o.robust_buffer_access = std::env::var("TESSERA_VK_ROBUST").as_deref() == Ok("1");
         Ok(o)
     }
 }
@@ -654,12 +661,32 @@ impl Context {
         if dot_ext && integer_dot_product {
             dev_exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
         }
+        // wgpu's robustness, on request only (Options::robust_buffer_access).
+        let robust2_ext =
+            options.robust_buffer_access && c.has_extension(ash::ext::robustness2::NAME);
+        if robust2_ext {
+            dev_exts.push(ash::ext::robustness2::NAME.as_ptr());
+        }
+        let mut r2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
+        if robust2_ext {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut r2);
+            // SAFETY: as above.
+            unsafe { instance.get_physical_device_features2(c.physical, &mut f2) };
+        }
+        let mut enable_r2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default()
+            .robust_buffer_access2(r2.robust_buffer_access2 == vk::TRUE);
+        let core = vk::PhysicalDeviceFeatures::default()
+            .robust_buffer_access(options.robust_buffer_access);
         let mut enable = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
             .subgroup_size_control(control)
             .compute_full_subgroups(full);
         let mut dci = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
-            .enabled_extension_names(&dev_exts);
+            .enabled_extension_names(&dev_exts)
+            .enabled_features(&core);
+        if robust2_ext {
+            dci = dci.push_next(&mut enable_r2);
+        }
         if size_control_ext {
             dci = dci.push_next(&mut enable);
         }

@@ -7,7 +7,8 @@
 //! activation is rotated on the host for rotated formats and laid out [S, x_stride], zero
 //! past I, as kernels_metal::kernels says; for the int4 kernels at S = 1 (where the device
 //! has integer dot products, unless `set_int8_activations(false)`) the packed int8 planes
-//! of `kernels::pack_int8_activations` follow, and `Params::reserved0` is 1.
+//! of `kernels::pack_int8_activations_as` follow, and `Params::reserved0` is their layout
+//! (`kernels::int8_x_layout`: planar unless `TESSERA_INT8_X_LAYOUT=interleaved`).
 
 use crate::caps;
 use crate::device::{
@@ -43,6 +44,8 @@ pub struct VulkanBackend {
     /// packed int8 activations where the device has integer dot products
     /// ([`VulkanBackend::set_int8_activations`]).
     int8_x: bool,
+    /// Their layout, as `Params::reserved0` (`kernels::int8_x_layout`, read when opened).
+    int8_layout: u32,
     #[cfg(feature = "mutation-test")]
     mutation: Option<Mutation>,
 }
@@ -157,6 +160,7 @@ impl VulkanBackend {
         Ok(VulkanBackend {
             ctx: Context::new(options)?,
             int8_x: true,
+            int8_layout: table::int8_x_layout(),
             #[cfg(feature = "mutation-test")]
             mutation: None,
         })
@@ -167,6 +171,7 @@ impl VulkanBackend {
         VulkanBackend {
             ctx,
             int8_x: true,
+            int8_layout: table::int8_x_layout(),
             #[cfg(feature = "mutation-test")]
             mutation: None,
         }
@@ -329,7 +334,7 @@ impl VulkanBackend {
         let (pipeline, module) = self.kernel(format, s)?;
         let mut params = Params::new(format, t.rows, t.cols, s)?;
         if int8_x {
-            params.reserved0 = 1;
+            params.reserved0 = self.int8_layout;
         }
         params.reserved1 = table::fp8_decode_param();
         self.mutate_params(&mut params);
@@ -476,7 +481,7 @@ impl VulkanBackend {
         let xp = prepare_activations(t.format, t.cols, t.rotation_seed, x, s)?;
         let mut bytes = f32_bytes(&xp);
         if self.uses_int8_activations(t.format, s) {
-            for w in table::pack_int8_activations(&xp) {
+            for w in table::pack_int8_activations_as(&xp, self.int8_layout) {
                 bytes.extend_from_slice(&w.to_le_bytes());
             }
         }
