@@ -1270,9 +1270,27 @@ TS_DEV void mma_split_range(i64 nkb, int nwarps, int z, int n, i64& lo, i64& hi)
 // Split-K (`split` of `nsplit`, -DTS_MMA_SPLITK): the warp's block takes only the row's
 // k-blocks [split per, (split + 1) per), per = ceil(nkb / nsplit) rounded up to whole
 // rounds of the block's warps (`mma_split_range`); nsplit = 1 is the whole row.
-template <int FMT, int GS, int S, int CBT, int L>
-TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
-                     float (&acc)[L][MmaShape<S>::NT][4], int split = 0, int nsplit = 1) {
+//
+// Persistent walk (WALK, `mma_walk`): the warp takes the block's units [w.ulo, w.uhi) of the
+// whole launch's (tile, round) sequence (`MmaWalk`), the k-blocks of each unit as above, with
+// its ring kept full across tile boundaries: the next tile's first stages are issued before
+// `tile_end(tile, acc)` reduces and stores the finished one (acc is zeroed after it).
+struct MmaWalk {
+    int ulo, uhi;  // the block's units
+    int rs;        // rounds (units) per tile
+};
+struct MmaNoTileEnd {
+    template <class A>
+#ifdef TS_HOST
+    void operator()(int, A&) {}
+#else
+    __device__ void operator()(int, A&) {}
+#endif
+};
+template <int FMT, int GS, int S, int CBT, int L, bool WALK, class TileEnd>
+TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane0,
+                          float (&acc)[L][MmaShape<S>::NT][4], int split, int nsplit, MmaWalk walk,
+                          TileEnd& tile_end) {
     typedef MmaFmt<FMT> F;
     enum {
         NT = MmaShape<S>::NT,
@@ -1308,7 +1326,7 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     const i64 ustep = nwarps, stride = (i64)nwarps * U;
 #endif
 
-    auto load = [&](i64 kb0, u32 (&w)[U][L][2][NW], u32 (&r)[U][L][2][F::NR]) {
+    auto load = [&](int r0, i64 kb0, u32 (&w)[U][L][2][NW], u32 (&r)[U][L][2][F::NR]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const i64 kb = kb0 + (i64)u * ustep;
@@ -1512,6 +1530,57 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     // flight, and its registers are refilled (D stages ahead) as soon as it is consumed.
     // Loads past the row's last k-block are skipped (the load guards each k-block).
     enum { D = MmaDepth<S>::D };
+    if constexpr (WALK) {
+#ifdef TS_MMA_CONTIG
+        static_assert(!WALK, "the persistent walk keeps the interleaved k order");
+#endif
+        (void)r0;
+        (void)kbeg;
+        // Unit u = (tile, round): rows 16 tile.., k-blocks round stride + warp + j nwarps.
+        // Two cursors, the ring's next load (lt, lr) and the stage being computed (ct, cr),
+        // advance one unit at a time (no division in the loop).
+        const int ulo = walk.ulo, uhi = walk.uhi, rs = walk.rs;
+        if (ulo >= uhi) return;  // block-uniform: the block's every warp leaves
+        int lt = ulo / rs, lr = ulo - lt * rs;
+        u32 wv[D][U][L][2][NW];
+        u32 sr[D][U][L][2][F::NR];
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            // (A unit past the block's share loads real or zeroed bytes that are never used.)
+            load(16 * lt, (i64)lr * stride + warp, wv[d], sr[d]);
+            if (++lr == rs) {
+                lr = 0;
+                ++lt;
+            }
+        }
+        pdl_wait();
+        int ct = ulo / rs, cr = ulo - ct * rs;
+        for (int u0 = ulo; u0 < uhi; u0 += D) {
+#pragma unroll
+            for (int d = 0; d < D; ++d) {
+                const int u = u0 + d;
+                if (u >= uhi) break;  // uniform across the block
+                compute((i64)cr * stride + warp, wv[d], sr[d]);
+                if (u + D < uhi) load(16 * lt, (i64)lr * stride + warp, wv[d], sr[d]);
+                if (++lr == rs) {
+                    lr = 0;
+                    ++lt;
+                }
+                if (++cr == rs || u + 1 == uhi) {
+                    tile_end(ct, acc);
+#pragma unroll
+                    for (int l = 0; l < L; ++l)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) acc[l][nt][q] = 0.0f;
+                    cr = 0;
+                    ++ct;
+                }
+            }
+        }
+        return;
+    }
     if (kbeg >= kend) {
 #if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
         // A warp without k-blocks (12 warps over 8 k-blocks) still takes its part in the
@@ -1524,7 +1593,7 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
     u32 wv[D][U][L][2][NW];
     u32 sr[D][U][L][2][F::NR];
 #pragma unroll
-    for (int d = 0; d < D; ++d) load(kbeg + d * stride, wv[d], sr[d]);
+    for (int d = 0; d < D; ++d) load(r0, kbeg + d * stride, wv[d], sr[d]);
     // Programmatic dependent launch: the first stages' weights and scales (never written by a
     // kernel) are in flight; the activations may come from the previous kernel.
     pdl_wait();
@@ -1537,9 +1606,55 @@ TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
             const i64 k = kb0 + d * stride;
             if (k >= kend) break;  // uniform across the warp
             compute(k, wv[d], sr[d]);
-            if (k + D * stride < kend) load(k + D * stride, wv[d], sr[d]);
+            if (k + D * stride < kend) load(r0, k + D * stride, wv[d], sr[d]);
         }
     }
+}
+
+template <int FMT, int GS, int S, int CBT, int L>
+TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
+                     float (&acc)[L][MmaShape<S>::NT][4], int split = 0, int nsplit = 1) {
+    MmaNoTileEnd none;
+    mma_warp_impl<FMT, GS, S, CBT, L, false>(a, r0, warp, nwarps, lane0, acc, split, nsplit, MmaWalk{0, 0, 1}, none);
+}
+
+template <int FMT, int GS, int S, int CBT, int L, class TileEnd>
+TS_DEV void mma_walk(const MArgs& a, MmaWalk walk, int warp, int nwarps, int lane0,
+                     float (&acc)[L][MmaShape<S>::NT][4], TileEnd& tile_end) {
+    mma_warp_impl<FMT, GS, S, CBT, L, true>(a, 0, warp, nwarps, lane0, acc, 0, 1, walk, tile_end);
+}
+
+// ---- persistent schedule of the 16-row GEMV (-DTS_MMA_PERSIST, layout.rs twins) ---------
+//
+// The launch's work is the sequence of units (tile, round), tile-major: a tile is 16 rows, a
+// round one stage of every warp of a block over the tile's row (stride = warps x U
+// k-blocks; rs = ceil(k-blocks / stride) rounds a tile). The grid's G blocks take equal
+// contiguous shares, block b the units [b N / G, (b + 1) N / G) of N = tiles x rs, so every
+// warp of the launch runs the same number of stages (+-1) and they all end together. A tile
+// whose units all lie in one block is stored by that block; a tile split between blocks gets
+// one partial per block (its part = b - the tile's first block), and the last to arrive sums
+// them in part order (deterministic for a given grid).
+
+// Rounds a tile: stages of the block's warps over one row (at least one, so a row without
+// k-blocks still gets its tile stored, as zeros; layout.rs `PersistPlan` counts the same).
+TS_DEV int persist_rounds(i64 nkb, int nwarps, int u) {
+    const i64 stride = (i64)nwarps * u;
+    return nkb > 0 ? (int)((nkb + stride - 1) / stride) : 1;
+}
+// First unit of block b of g over n units.
+TS_DEV int persist_lo(int b, int g, i64 n) { return (int)((i64)b * n / g); }
+// The block whose share holds unit v: the largest b with persist_lo(b) <= v.
+TS_DEV int persist_block_of(i64 v, int g, i64 n) { return (int)(((v + 1) * g - 1) / n); }
+// Block b's share of the units: equal shares of the units, or with -DTS_MMA_PERSIST_WHOLE
+// equal shares of whole tiles (no tile is split between blocks; shares differ by up to one
+// tile), of `tiles` tiles of rs units each on a grid of g blocks.
+TS_DEV MmaWalk persist_share(int b, int g, int tiles, int rs) {
+#ifdef TS_MMA_PERSIST_WHOLE
+    return MmaWalk{persist_lo(b, g, tiles) * rs, persist_lo(b + 1, g, tiles) * rs, rs};
+#else
+    const i64 n = (i64)tiles * rs;
+    return MmaWalk{persist_lo(b, g, n), persist_lo(b + 1, g, n), rs};
+#endif
 }
 
 // Group classes: lane t holds class t / S of activation t % S; the sum over the quad's
@@ -2287,7 +2402,16 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long l
 // split-K tile GEMV does. So a one-wave grid of long blocks becomes several waves of short
 // ones. Measured on the H200 (docs/CUDA.md, session 5 round 2): slower at every split and
 // shape (each block's fixed latency outweighs the tail it hides), so it is off by default.
-#ifdef TS_MMA_SPLITK
+//
+// Persistent (-DTS_MMA_PERSIST, `Tuning::mma_persistent`, S <= 4): the same two parameters;
+// gridDim.x = G blocks (at most the device's resident blocks) walk equal shares of the
+// launch's (tile, round) units (`persist_lo`), each warp's weight ring kept full across
+// tile boundaries (`mma_walk`); a tile split between blocks goes through ws [parts, S, O]
+// and the per-tile counter in cnt as split-K's does, summed by its last block in part order.
+#if defined(TS_MMA_SPLITK) && defined(TS_MMA_PERSIST)
+#error "split-K and the persistent schedule are separate builds"
+#endif
+#if defined(TS_MMA_SPLITK) || defined(TS_MMA_PERSIST)
 #define TS_MMA_SPLIT_PARAMS , float *__restrict__ ws, unsigned *__restrict__ cnt
 #define TS_MMA_SPLIT_ARGS , ws, cnt
 #else
@@ -2307,7 +2431,9 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
                                               float* __restrict__ y, i64 row_bytes, int O, int x_stride,
                                               int sc_row TS_MMA_SPLIT_PARAMS) {
     enum { NT = MmaShape<S>::NT };
+#ifndef TS_MMA_PERSIST
     __shared__ float red[TS_MMA_WARPS][NT][4][32];
+#endif
     MArgs a;
     a.w = w;
     a.sc = sc;
@@ -2332,6 +2458,67 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     enum { NCLS = MmaClasses<TS_FMT, TS_GS, TS_MMA>::N };
     pdl_launch();
     float acc[1][NT][4];
+#ifdef TS_MMA_PERSIST
+#ifdef TS_FUSE_SPLIT
+#error "the persistent schedule and the fused split are separate builds"
+#endif
+    static_assert(S <= 4, "the persistent schedule serves S <= 4");
+    (void)r0;
+    // Two reduction buffers: warp 0 may still read one tile's partials while the other warps
+    // already store the next tile's (one barrier a tile).
+    __shared__ float red2[2][TS_MMA_WARPS][NT][4][32];
+    const int g = (int)gridDim.x, b = (int)blockIdx.x;
+    const int rs = persist_rounds(mma_kblocks<TS_FMT, TS_MMA>(a), TS_MMA_WARPS, TS_MMA_STAGE / TS_MMA);
+    const i64 n = (i64)((O + 15) / 16) * rs;
+    const MmaWalk wk = persist_share(b, g, (O + 15) / 16, rs);
+    int par = 0;
+    auto tile_end = [&](int tile, float (&ac)[1][NT][4]) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) red2[par][warp][nt][q][lane] = ac[0][nt][q];
+        __syncthreads();
+        if (warp == 0) {
+            float tot[1][NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    float v = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < TS_MMA_WARPS; ++k) v += red2[par][k][nt][q][lane];
+                    tot[0][nt][q] = v;
+                }
+            mma_class_sum<S, NCLS, 1>(tot);
+            const i64 t0 = (i64)tile * rs, t1 = t0 + rs;
+            const int r0t = 16 * tile;
+            if (t0 >= wk.ulo && t1 <= wk.uhi) {
+                mma_store<TS_FMT, S, NCLS>(a, r0t, lane, tot[0], y);
+            } else {
+                const int f = persist_block_of(t0, g, n), np = persist_block_of(t1 - 1, g, n) - f + 1;
+                mma_store<TS_FMT, S, NCLS>(a, r0t, lane, tot[0], ws + (i64)(b - f) * S * O);
+                __threadfence();
+                __syncwarp();
+                unsigned last = 0;
+                if (lane == 0) last = atomicAdd(cnt + tile, 1u) == (unsigned)(np - 1) ? 1u : 0u;
+                last = __shfl_sync(0xffffffffu, last, 0);
+                if (last != 0u) {
+                    __threadfence();
+                    for (int k = lane; k < 16 * S; k += 32) {
+                        const int row = r0t + (k & 15), s = k >> 4;
+                        if (row >= O) continue;
+                        float v = 0.0f;
+                        for (int pp = 0; pp < np; ++pp) v += __ldcg(ws + ((i64)pp * S + s) * O + row);
+                        y[(i64)s * O + row] = v;
+                    }
+                    if (lane == 0) cnt[tile] = 0u;  // ready for the next launch
+                }
+            }
+        }
+        par ^= 1;
+    };
+    mma_walk<TS_FMT, TS_GS, S, TS_MMA, 1>(a, wk, warp, TS_MMA_WARPS, lane, acc, tile_end);
+#else
 #ifdef TS_MMA_SPLITK
 #ifdef TS_FUSE_SPLIT
 #error "split-K and the fused split are separate builds"
@@ -2383,6 +2570,7 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
 #endif
         mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], y);
     }
+#endif  // TS_MMA_PERSIST
 }
 #define TS_MMA_KERNEL(S_) TS_MMA_KERNEL_(S_)
 TS_MMA_KERNEL(TS_S)

@@ -10,6 +10,7 @@
 //!
 //! Usage: bench_gemv [--quick] [--formats a,b] [--batches 1,16] [--shapes 4096x4096,...]
 //!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores] [--resident]
+//!                   [--read 50331648,...] [--read-only]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
 //! launches), `fused` / `unfused` (`--resident` with the split inside the GEMV at S <= 4,
 //! or tile_prep + GEMV: the default),
@@ -21,7 +22,15 @@
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
 //! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
 //! blocks>[u<stage bytes>][p<L2 prefetch bytes, 0 for none>][c]` (the 16-row GEMV; `x` for
-//! the source's default, `c` one contiguous k range per warp; see `kernels_cuda::Tuning`).
+//! the source's default, `c` one contiguous k range per warp; see `kernels_cuda::Tuning`);
+//! `persist` / `nopersist` / `pauto` (the 16-row GEMV at S <= 4 on the persistent grid always /
+//! never / by `layout::rows_persistent`'s rule; `persist<n>`: always, on at most n blocks;
+//! `persistw`: always, each block's share whole tiles).
+//! `--read <bytes,...>` first times a plain streaming read (uint4 `ld.global.nc` loads, each
+//! thread U in flight, XOR-reduced, one word a block written) of buffers of these sizes, on
+//! grids of SMs x k blocks (grid-stride) and of one block per 256 x U loads, with and without
+//! the L2 prefetch hint, queued and from a graph: what a launch of that many bytes can reach
+//! at all; `--read-only` stops after it.
 //! Every row also times the same launches captured once into a CUDA graph and replayed
 //! ("us graph": the GPU time without the host's enqueue rate); `--cuda-cores` adds
 //! the CUDA-core kernel where the tensor cores serve the shape. Prints a markdown table;
@@ -65,6 +74,10 @@ struct Opts {
     /// Also time `gemv_launch_resident` (device-side split + GEMV: the engine's path) per
     /// tuning.
     resident: bool,
+    /// Buffer sizes (bytes) of the plain streaming-read measurement; empty: none.
+    read: Vec<usize>,
+    /// Stop after the read measurement.
+    read_only: bool,
 }
 
 /// "default", or w<warps>d<depth>b<min blocks> with `x` for the source's default, e.g.
@@ -121,6 +134,34 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
         };
         t.check()?;
         return Ok(t);
+    }
+    // "persist" / "nopersist" / "pauto": the 16-row GEMV at S <= 4 on the persistent grid
+    // always / never / by layout::rows_persistent's rule; "persist<n>": always, at most n
+    // blocks.
+    if let Some(g) = name.strip_prefix("persist")
+        && (g.is_empty() || g.parse::<u32>().is_ok())
+    {
+        let t = Tuning {
+            mma_persistent: Some(true),
+            mma_persist_grid: g.parse().unwrap_or(0),
+            ..Tuning::default()
+        };
+        t.check()?;
+        return Ok(t);
+    }
+    // "persistw": always, the grid's shares whole tiles (no tile split between blocks).
+    if name == "persistw" {
+        return Ok(Tuning {
+            mma_persistent: Some(true),
+            mma_persist_whole: true,
+            ..Tuning::default()
+        });
+    }
+    if name == "nopersist" || name == "pauto" {
+        return Ok(Tuning {
+            mma_persistent: (name == "nopersist").then_some(false),
+            ..Tuning::default()
+        });
     }
     // "nopf": without the L2 prefetch hint of the 16-row GEMV's weight loads (session 4's
     // default kernel).
@@ -232,6 +273,8 @@ fn parse_args() -> Result<Opts, String> {
         tunings: vec![("default".into(), Tuning::default())],
         cuda_cores: false,
         resident: false,
+        read: Vec::new(),
+        read_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -240,6 +283,13 @@ fn parse_args() -> Result<Opts, String> {
             "--quick" => o.reps = 10,
             "--cuda-cores" => o.cuda_cores = true,
             "--resident" => o.resident = true,
+            "--read-only" => o.read_only = true,
+            "--read" => {
+                o.read = value()?
+                    .split(',')
+                    .map(|s| s.parse::<usize>().map_err(|e| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
             "--formats" => {
                 o.formats = value()?
                     .split(',')
@@ -298,6 +348,12 @@ fn main() {
         b.device_name(),
         b.arch()
     );
+    if !opts.read.is_empty() {
+        read_bench(&b, &opts, copy).unwrap_or_else(|e| fail(e));
+        if opts.read_only {
+            return;
+        }
+    }
     let tunings: Vec<Tuning> = opts.tunings.iter().map(|(_, t)| t.clone()).collect();
     let t0 = std::time::Instant::now();
     b.prewarm_tuned(&opts.formats, &opts.batches, &tunings)
@@ -507,4 +563,165 @@ fn main() {
             eprintln!("bench_gemv: writing {}: {e}", path.display());
         }
     }
+}
+
+/// The plain streaming read: `read_u<U>[p]` reads n uint4 with U loads in flight a thread
+/// (grid-stride), XORs them and writes one word a block; `p`: with the L2 prefetch hint.
+const READ_SOURCE: &str = r#"
+typedef unsigned int u32;
+template <bool PF>
+__device__ __forceinline__ void ld(const uint4* p, uint4& q) {
+    if (PF) {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+    }
+}
+template <int U, bool PF>
+__device__ __forceinline__ void body(const uint4* __restrict__ p, long long n, u32* __restrict__ out) {
+    u32 v = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n; i += U * stride) {
+        uint4 q[U];
+#pragma unroll
+        for (int k = 0; k < U; ++k) ld<PF>(p + i + k * stride, q[k]);
+#pragma unroll
+        for (int k = 0; k < U; ++k) v ^= q[k].x ^ q[k].y ^ q[k].z ^ q[k].w;
+    }
+    for (; i < n; i += stride) {
+        uint4 q;
+        ld<PF>(p + i, q);
+        v ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) v ^= __shfl_xor_sync(0xffffffffu, v, k);
+    __shared__ u32 sm[32];
+    if ((threadIdx.x & 31) == 0) sm[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 r = 0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); ++k) r ^= sm[k];
+        out[blockIdx.x] = r;
+    }
+}
+#define K(U_, PF_, NAME)                                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(const uint4* __restrict__ p, long long n, \
+                                                           u32* __restrict__ out) {                 \
+        body<U_, PF_>(p, n, out);                                                                   \
+    }
+K(1, false, read_u1)
+K(2, false, read_u2)
+K(4, false, read_u4)
+K(8, false, read_u8)
+K(1, true, read_u1p)
+K(2, true, read_u2p)
+K(4, true, read_u4p)
+K(8, true, read_u8p)
+"#;
+
+/// Times the plain streaming read of each size in `opts.read` (rotating over copies that
+/// exceed 512 MB together, as the GEMV's weights do), queued and from a graph, and prints
+/// one table row per (size, loads in flight, grid, hint) with its share of `copy`.
+fn read_bench(b: &CudaBackend, opts: &Opts, copy: f64) -> Result<(), String> {
+    use kernels_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use kernels_cuda::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
+    let ptx = compile_ptx_with_opts(
+        READ_SOURCE,
+        CompileOptions {
+            options: vec![
+                format!("--gpu-architecture={}", b.arch()),
+                "-std=c++17".to_string(),
+            ],
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("read kernel: {e:?}"))?;
+    let module = b
+        .context()
+        .load_module(ptx)
+        .map_err(|e| format!("read module: {e:?}"))?;
+    let sms = b
+        .context()
+        .attribute(
+            kernels_cuda::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .map_err(|e| format!("{e:?}"))? as u32;
+    let st = b.stream();
+    let mut out = st
+        .alloc_zeros::<u32>(1 << 22)
+        .map_err(|e| format!("{e:?}"))?;
+    println!();
+    println!(
+        "| read bytes | copies | loads a thread | grid | L2 hint | us queued | GB/s queued | % of copy queued | us graph | GB/s graph | % of copy graph |"
+    );
+    println!("| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for &bytes in &opts.read {
+        let n16 = bytes / 16;
+        let copies = ROTATE_BYTES.div_ceil(bytes.max(1)).max(1);
+        let bufs: Vec<_> = (0..copies)
+            .map(|_| st.alloc_zeros::<u8>(n16 * 16).map_err(|e| format!("{e:?}")))
+            .collect::<Result<_, _>>()?;
+        for u in [1u32, 2, 4, 8] {
+            for pf in [false, true] {
+                let name = format!("read_u{u}{}", if pf { "p" } else { "" });
+                let f = module
+                    .load_function(&name)
+                    .map_err(|e| format!("{name}: {e:?}"))?;
+                // Grid-stride grids of k blocks a SM, and 0: one block per 256 x U loads.
+                for k in [1u32, 2, 4, 8, 0] {
+                    let grid = if k == 0 {
+                        u32::try_from(n16.div_ceil(256 * u as usize)).map_err(|e| e.to_string())?
+                    } else {
+                        sms * k
+                    };
+                    if grid as usize > (1 << 22) {
+                        continue;
+                    }
+                    let cfg = LaunchConfig {
+                        grid_dim: (grid, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    let n = n16 as i64;
+                    let mut launch = |i: usize| -> Result<(), kernels_cuda::CudaError> {
+                        let mut l = st.launch_builder(&f);
+                        l.arg(&bufs[i % bufs.len()]).arg(&n).arg(&mut out);
+                        // SAFETY: read_u<U>(const uint4*, long long, u32*): the buffer holds
+                        // n uint4 (16-byte aligned device allocation), `out` 2^22 words, at
+                        // least one per block (grids past that are skipped above).
+                        unsafe { l.launch(cfg) }.map(|_| ()).map_err(|e| {
+                            kernels_cuda::CudaError::Driver {
+                                during: "read kernel",
+                                detail: format!("{e:?}"),
+                            }
+                        })
+                    };
+                    let (q, _) =
+                        time_queued_host(b, opts.reps, &mut launch).map_err(|e| e.to_string())?;
+                    let g = time_graph(b, opts.reps, 5, &mut launch).unwrap_or(f64::NAN);
+                    let moved = (n16 * 16) as f64;
+                    let grid_name = if k == 0 {
+                        format!("{grid} (one pass)")
+                    } else {
+                        format!("{k} x {sms} SMs")
+                    };
+                    println!(
+                        "| {} | {copies} | {u} | {grid_name} | {} | {:.1} | {:.0} | {:.1}% | {:.1} | {:.0} | {:.1}% |",
+                        n16 * 16,
+                        if pf { "128B" } else { "none" },
+                        q * 1e6,
+                        moved / q / 1e9,
+                        100.0 * moved / q / 1e9 / copy,
+                        g * 1e6,
+                        moved / g / 1e9,
+                        100.0 * moved / g / 1e9 / copy
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }

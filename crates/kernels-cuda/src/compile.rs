@@ -120,6 +120,23 @@ pub struct Tuning {
     /// (benchmarks, tests); `Some(1)` is the same as `None`. Default `None`: on the H200
     /// every split lost at S = 1 (figures: docs/CUDA.md, session 5 round 2).
     pub mma_split_k: Option<u32>,
+    /// Persistent schedule of the 16-row tensor-core GEMV at S <= 4
+    /// ([`Build::GemvMmaPersist`]: a grid of at most the device's resident blocks, each
+    /// walking an equal share of the launch's (16-row tile, round) units with its weight
+    /// pipeline kept full across tiles; a tile split between blocks is summed by its last
+    /// block in a fixed order). `None` (the default): where
+    /// [`crate::layout::rows_persistent`]'s rule says (8-bit codes at S = 1 on grids of 2-3
+    /// waves: the only shapes where it won on the H200); `Some(true)` / `Some(false)`:
+    /// always / never (benchmarks, tests).
+    pub mma_persistent: Option<bool>,
+    /// Blocks of a persistent launch: 0 = SMs x the blocks of the build that fit an SM at
+    /// once (the occupancy the driver reports); n > 0 = at most n (tests use a few, so
+    /// tiles are split between blocks). Never more than the launch's units.
+    pub mma_persist_grid: u32,
+    /// The persistent grid's shares are whole tiles (`TS_MMA_PERSIST_WHOLE`: no tile split
+    /// between blocks, no partials; shares differ by up to one tile) instead of equal
+    /// shares of the (tile, round) units.
+    pub mma_persist_whole: bool,
     /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
     pub tile_warps: u32,
     /// Weight stages a tile-GEMV warp holds in registers (`TS_GEMM_WDEPTH`).
@@ -152,6 +169,9 @@ impl Default for Tuning {
             tiles_from_s: None,
             resident_fused: false,
             mma_split_k: None,
+            mma_persistent: None,
+            mma_persist_grid: 0,
+            mma_persist_whole: false,
             tile_warps: 8,
             tile_depth: 2,
             tile_min_blocks: 2,
@@ -179,6 +199,7 @@ impl Tuning {
             && (2..=8).contains(&self.gemm_stages)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
             && self.mma_split_k.is_none_or(|n| n <= 8)
+            && self.mma_persist_grid <= 1 << 20
             && [2, 4, 8].contains(&self.tile_warps)
             && (1..=6).contains(&self.tile_depth)
             && (1..=4).contains(&self.tile_min_blocks)
@@ -217,6 +238,10 @@ pub enum Build {
     /// `gemv_mma_s<S>` with two more parameters (partials scratch, arrival counters),
     /// launched with gridDim.z = splits ([`Tuning::mma_split_k`]).
     GemvMmaSplit(MmaKernel),
+    /// The tensor-core GEMV on a persistent grid (`-DTS_MMA=<chunk bytes> -DTS_MMA_PERSIST`,
+    /// S <= 4), `gemv_mma_s<S>` with the split-K build's two extra parameters (partials
+    /// scratch, per-tile arrival counters) ([`Tuning::mma_persistent`]).
+    GemvMmaPersist(MmaKernel),
     /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
     Gemm { mma: MmaKernel, parts: u32 },
     /// The split-K tile GEMV for S <= 16: the GEMM kernel (`-DTS_GEMM=2`, hi + lo parts)
@@ -257,7 +282,10 @@ impl ModuleKey {
     pub fn function_name(&self) -> String {
         match &self.build {
             Build::Gemv => format!("gemv_s{}", self.s),
-            Build::GemvMma(_) | Build::GemvMmaFused(_) | Build::GemvMmaSplit(_) => {
+            Build::GemvMma(_)
+            | Build::GemvMmaFused(_)
+            | Build::GemvMmaSplit(_)
+            | Build::GemvMmaPersist(_) => {
                 format!("gemv_mma_s{}", self.s)
             }
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
@@ -280,12 +308,21 @@ impl ModuleKey {
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_S={}", self.s));
             }
-            Build::GemvMma(m) | Build::GemvMmaFused(m) | Build::GemvMmaSplit(m) => {
+            Build::GemvMma(m)
+            | Build::GemvMmaFused(m)
+            | Build::GemvMmaSplit(m)
+            | Build::GemvMmaPersist(m) => {
                 if matches!(self.build, Build::GemvMmaFused(_)) {
                     o.push("-DTS_FUSE_SPLIT".to_string());
                 }
                 if matches!(self.build, Build::GemvMmaSplit(_)) {
                     o.push("-DTS_MMA_SPLITK".to_string());
+                }
+                if matches!(self.build, Build::GemvMmaPersist(_)) {
+                    o.push("-DTS_MMA_PERSIST".to_string());
+                    if t.mma_persist_whole {
+                        o.push("-DTS_MMA_PERSIST_WHOLE".to_string());
+                    }
                 }
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
                 o.push(format!("-DTS_GS={}", self.kernel.group));

@@ -73,6 +73,9 @@ pub struct CudaBackend {
     /// Tile-layout activation buffers of the resident path, per (chunk bytes, 4-bit codes,
     /// n8 tiles, x stride): written by `tile_prep` before each tile GEMV that reads them.
     prep: Mutex<HashMap<PrepKey, PrepBuffers>>,
+    /// Blocks a SM holds at once of each persistent build (the driver's occupancy), asked
+    /// once per build.
+    resident: Mutex<HashMap<ModuleKey, u32>>,
 }
 
 /// (chunk bytes, 4-bit codes, n8 tiles or 0 for the 16-row layout, x stride).
@@ -278,7 +281,9 @@ impl CudaBackend {
     /// in the environment turns [`Tuning::resident_fused`] on (off) (engines measuring both
     /// paths in one run; the results are the same). Likewise `TESSERA_CUDA_SPLIT_K=off`,
     /// `auto` or `<n>` (2..=8) sets [`Tuning::mma_split_k`] to `None`, `Some(0)` (the rule)
-    /// or `Some(n)`; any other value leaves the default.
+    /// or `Some(n)`; and `TESSERA_CUDA_PERSISTENT=on`, `off` or `auto` sets
+    /// [`Tuning::mma_persistent`] to `Some(true)`, `Some(false)` or `None` (the rule). Any
+    /// other value leaves the default.
     pub fn new() -> Result<CudaBackend, CudaError> {
         let resident_fused = match std::env::var("TESSERA_CUDA_RESIDENT_FUSED").as_deref() {
             Ok("1") => true,
@@ -294,11 +299,18 @@ impl CudaBackend {
             },
             Err(_) => Tuning::default().mma_split_k,
         };
+        let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
+            Ok("on") => Some(true),
+            Ok("off") => Some(false),
+            Ok("auto") => None,
+            _ => Tuning::default().mma_persistent,
+        };
         Self::open(
             None,
             Tuning {
                 resident_fused,
                 mma_split_k,
+                mma_persistent,
                 ..Tuning::default()
             },
         )
@@ -369,6 +381,7 @@ impl CudaBackend {
             sms,
             split: Mutex::new(split),
             prep: Mutex::new(HashMap::new()),
+            resident: Mutex::new(HashMap::new()),
         })
     }
 
@@ -395,6 +408,8 @@ impl CudaBackend {
     }
 
     fn key_tuned(&self, kernel: KernelId, build: Build, s: usize, tuning: &Tuning) -> ModuleKey {
+        // Compiled into the persistent build only.
+        let whole = matches!(build, Build::GemvMmaPersist(_)) && tuning.mma_persist_whole;
         ModuleKey {
             kernel,
             build,
@@ -406,6 +421,9 @@ impl CudaBackend {
             tuning: Tuning {
                 resident_fused: Tuning::default().resident_fused,
                 mma_split_k: Tuning::default().mma_split_k,
+                mma_persistent: Tuning::default().mma_persistent,
+                mma_persist_grid: Tuning::default().mma_persist_grid,
+                mma_persist_whole: whole,
                 ..tuning.clone()
             },
         }
@@ -522,6 +540,21 @@ impl CudaBackend {
                                         .then_some((Build::GemvMmaFused(c), t.clone()))
                                 }));
                             }
+                        }
+                        // The persistent twins, built whenever the tuning may use them (the
+                        // rule takes only 8-bit codes); the persistent launch keeps the
+                        // tuning's block shape on every grid.
+                        let persist = match t.mma_persistent {
+                            Some(on) => on,
+                            None => !caps::nibble_codes(cap.kernel.fmt),
+                        };
+                        if persist && s <= 4 {
+                            builds.extend(cap.mma.map(|m| (Build::GemvMmaPersist(m), t.clone())));
+                            builds.extend(cap.mma.and_then(|m| {
+                                let c = caps::rows_chunk(cap.kernel, m, s, 64);
+                                (t.mma_classes && c != m)
+                                    .then_some((Build::GemvMmaPersist(c), t.clone()))
+                            }));
                         }
                         builds.extend(cap.mma.map(|m| {
                             let nt = layout::gemv_tiles(m.chunk_bytes, false, s).nt as u32;
@@ -838,6 +871,15 @@ impl CudaBackend {
             if splits > 1 {
                 return self.launch_rows_split(w, kernel, m, (xh, xa), s, y, tuning, splits);
             }
+            if layout::rows_persistent(
+                tuning,
+                s,
+                blocks as usize,
+                caps::nibble_codes(kernel.fmt),
+                self.sms,
+            ) {
+                return self.launch_rows_persist(w, kernel, m, (xh, xa), s, y, tuning);
+            }
             // Small grids: wider blocks (layout::rows_tuning).
             let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;
@@ -886,7 +928,6 @@ impl CudaBackend {
         tuning: &Tuning,
         splits: usize,
     ) -> Result<(), CudaError> {
-        let sh = w.shape;
         let shape_err = |what: String| CudaError::Shape {
             format: w.format,
             what,
@@ -924,9 +965,133 @@ impl CudaBackend {
                 .map_err(CudaError::driver("allocating split-K scratch"))?;
         }
         let SplitScratch { partials, counters } = &mut *scratch;
+        let pdl = tuning.pdl && layout::pdl_pays(total, self.sms);
+        self.launch_rows_scratch(
+            &f,
+            cfg,
+            w,
+            (xh, xa),
+            y,
+            (partials, counters),
+            pdl,
+            "launching the split-K GEMV",
+        )
+    }
+
+    /// The persistent 16-row GEMV ([`Build::GemvMmaPersist`], S <= 4): a grid of at most the
+    /// device's resident blocks of the build ([`layout::PersistPlan`]; or
+    /// `Tuning::mma_persist_grid`), each walking an equal share of the launch's (tile,
+    /// round) units; tiles split between blocks meet in the split-K scratch ([rounds, S, O]
+    /// partials, one counter per tile), summed there by their last block.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows_persist(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        m: caps::MmaKernel,
+        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
+        s: usize,
+        y: &mut CudaViewMut<'_, f32>,
+        tuning: &Tuning,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
+        let shape_err = |what: String| CudaError::Shape {
+            format: w.format,
+            what,
+        };
+        let tiles = layout::mma_grid_blocks(w.rows)? as usize;
+        let key = self.key_tuned(kernel, Build::GemvMmaPersist(m), s, tuning);
+        let f = self.function_of(key.clone())?;
+        let threads = 32 * tuning.mma_warps;
+        let per_sm = {
+            let mut map = self.resident.lock().unwrap_or_else(|p| p.into_inner());
+            match map.get(&key) {
+                Some(&n) => n,
+                None => {
+                    let n = f
+                        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                        .map_err(CudaError::driver("occupancy of the persistent GEMV"))?
+                        .max(1);
+                    map.insert(key, n);
+                    n
+                }
+            }
+        };
+        let max_grid = if tuning.mma_persist_grid > 0 {
+            tuning.mma_persist_grid
+        } else {
+            u32::try_from(self.sms)
+                .ok()
+                .and_then(|n| n.checked_mul(per_sm))
+                .ok_or_else(|| shape_err("persistent grid overflows".into()))?
+        };
+        let kblocks = layout::mma_kblocks(kernel.fmt, m.chunk_bytes, sh.row_bytes as usize);
+        let stage = tuning.mma_stage.unwrap_or(32) / m.chunk_bytes;
+        let plan = layout::PersistPlan::new(
+            tiles,
+            kblocks,
+            tuning.mma_warps,
+            stage.max(1) as usize,
+            max_grid,
+            tuning.mma_persist_whole,
+        );
+        if i32::try_from(plan.units).is_err() {
+            return Err(shape_err(format!("{} persistent units", plan.units)));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        let need = plan
+            .max_parts()
+            .checked_mul(s)
+            .and_then(|v| v.checked_mul(w.rows))
+            .ok_or_else(|| shape_err("persistent scratch overflows".into()))?;
+        if scratch.partials.len() < need {
+            scratch.partials = self
+                .stream
+                .alloc_zeros::<f32>(need)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        if scratch.counters.len() < tiles {
+            scratch.counters = self
+                .stream
+                .alloc_zeros::<u32>(tiles)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        let SplitScratch { partials, counters } = &mut *scratch;
+        let pdl = tuning.pdl && layout::pdl_pays(plan.grid, self.sms);
+        self.launch_rows_scratch(
+            &f,
+            cfg,
+            w,
+            (xh, xa),
+            y,
+            (partials, counters),
+            pdl,
+            "launching the persistent GEMV",
+        )
+    }
+
+    /// The launch of a 16-row GEMV build with the split-K scratch parameters (split-K,
+    /// persistent): programmatic or plain.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows_scratch(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        w: &DeviceTensor,
+        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
+        y: &mut CudaViewMut<'_, f32>,
+        (partials, counters): (&mut CudaSlice<f32>, &mut CudaSlice<u32>),
+        pdl: bool,
+        during: &'static str,
+    ) -> Result<(), CudaError> {
+        let sh = w.shape;
         let st = &self.stream;
-        let during = "launching the split-K GEMV";
-        if tuning.pdl && layout::pdl_pays(total, self.sms) {
+        if pdl {
             let (pw, _gw) = w.weights.device_ptr(st);
             let (ps, _gs) = w.scales.device_ptr(st);
             let (px, _gx) = xh.device_ptr(st);
@@ -952,15 +1117,16 @@ impl CudaBackend {
                 (&raw mut pc).cast(),
             ];
             // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter
-            // types under -DTS_MMA_SPLITK (u8*, u8*, u16*, f32*, f32*, i64, i32, i32, i32,
-            // f32*, u32*), alive across the call; the buffers are those `launch_rows`
-            // documents, plus `partials` (at least splits x S x rows floats) and `counters`
-            // (one zeroed word per row block, reset by each launch's last block), grown
-            // above; the kernel waits (`griddepcontrol.wait`) before it touches y, the
+            // types under -DTS_MMA_SPLITK or -DTS_MMA_PERSIST (u8*, u8*, u16*, f32*, f32*,
+            // i64, i32, i32, i32, f32*, u32*), alive across the call; the buffers are those
+            // `launch_rows` documents, plus `partials` (at least parts x S x rows floats: the
+            // splits, or the persistent plan's `max_parts`) and `counters` (one zeroed word
+            // per 16-row tile, reset by each launch's last block of the tile), grown by the
+            // callers; the kernel waits (`griddepcontrol.wait`) before it touches y, the
             // activations or the scratch; the device-pointer guards outlive the enqueue.
-            unsafe { self.launch_pdl(&f, cfg, &mut params) }.map_err(CudaError::driver(during))
+            unsafe { self.launch_pdl(f, cfg, &mut params) }.map_err(CudaError::driver(during))
         } else {
-            let mut b = st.launch_builder(&f);
+            let mut b = st.launch_builder(f);
             b.arg(&w.weights)
                 .arg(&w.scales)
                 .arg(xh)

@@ -188,6 +188,97 @@ pub fn rows_split_range(kblocks: usize, warps: usize, z: usize, n: usize) -> (us
     (lo, (lo + per).min(kblocks))
 }
 
+/// The persistent 16-row GEMV's plan of one launch (gemv.cu `TS_MMA_PERSIST`, whose
+/// `persist_rounds` / `persist_lo` / `persist_block_of` these mirror): `rounds` units a
+/// 16-row tile (one stage of every warp of a block over the row), `units` = tiles x
+/// rounds, and `grid` blocks taking equal contiguous shares of them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PersistPlan {
+    pub rounds: usize,
+    pub units: usize,
+    pub grid: u32,
+    /// Shares of whole tiles (`TS_MMA_PERSIST_WHOLE`): the grid's blocks take equal shares
+    /// of the tiles instead (`lo` / `block_of` then count tiles), so no tile is split.
+    pub whole: bool,
+}
+
+impl PersistPlan {
+    /// The plan for `tiles` tiles of `kblocks` k-blocks, blocks of `warps` warps holding
+    /// `stage_kblocks` k-blocks a stage, on a grid of at most `max_grid` blocks (at least 1),
+    /// sharing units, or whole tiles with `whole`.
+    pub fn new(
+        tiles: usize,
+        kblocks: usize,
+        warps: u32,
+        stage_kblocks: usize,
+        max_grid: u32,
+        whole: bool,
+    ) -> PersistPlan {
+        let stride = (warps as usize * stage_kblocks).max(1);
+        let rounds = kblocks.div_ceil(stride).max(1);
+        let units = tiles.saturating_mul(rounds);
+        let shared = if whole { tiles } else { units };
+        let grid = (max_grid.max(1) as usize).min(shared.max(1)) as u32;
+        PersistPlan {
+            rounds,
+            units,
+            grid,
+            whole,
+        }
+    }
+    /// What the shares count: tiles (whole) or units.
+    fn shared(&self) -> usize {
+        if self.whole {
+            self.units / self.rounds
+        } else {
+            self.units
+        }
+    }
+    /// The first unit of block `b` (`persist_share`).
+    pub fn lo(&self, b: usize) -> usize {
+        let lo = (b as u128 * self.shared() as u128 / u128::from(self.grid.max(1))) as usize;
+        if self.whole { lo * self.rounds } else { lo }
+    }
+    /// The block whose share holds unit `v` (`persist_block_of`).
+    pub fn block_of(&self, v: usize) -> usize {
+        let v = if self.whole { v / self.rounds } else { v };
+        (((v as u128 + 1) * u128::from(self.grid) - 1) / self.shared().max(1) as u128) as usize
+    }
+    /// Partial outputs a tile may need: every block holds at least one unit, so a tile of
+    /// `rounds` units has at most `rounds` parts (the scratch is [rounds, S, O]); whole
+    /// tiles need none (1 keeps the scratch non-empty).
+    pub fn max_parts(&self) -> usize {
+        if self.whole { 1 } else { self.rounds }
+    }
+}
+
+/// Whether a 16-row tensor-core GEMV launch at batch `s` of `tiles` 16-row tiles, of 4-bit
+/// codes when `nibbles`, runs on the persistent grid ([`PersistPlan`]) on a device of `sms`
+/// SMs: `Tuning::mma_persistent` when set (never at S > 4: the build serves S <= 4), else
+/// the rule: S = 1, 8-bit codes (int8-row, fp8), the default block shape, and a grid of
+/// more than two and at most three waves of the 3 blocks a SM the register cap leaves
+/// (2.26 and 2.59 waves: [14336 x 4096], [16384 x 6144] on the H200). Measured there (two
+/// calls, docs/CUDA.md "Measured, session 6"): int8-row 20.7 -> 19.0-19.1 us and 30.4 ->
+/// 29.7-29.8, fp8 20.1-20.2 -> 19.1 and 30.4 -> 30.2 queued; everywhere else the persistent
+/// grid tied or lost (the 4-bit formats by 1-8 us), so the rule stays this narrow.
+pub fn rows_persistent(tuning: &Tuning, s: usize, tiles: usize, nibbles: bool, sms: usize) -> bool {
+    if s > 4 {
+        return false;
+    }
+    match tuning.mma_persistent {
+        Some(on) => on,
+        None => {
+            let slots = 3 * sms.max(1);
+            s == 1
+                && !nibbles
+                && tuning.mma_warps == MMA_WARPS
+                && tuning.mma_min_blocks.is_none()
+                && tiles > 2 * slots
+                && tiles <= 3 * slots
+        }
+    }
+}
+
 /// Largest dynamic shared memory of the fused-split 16-row GEMV ([`fused_split_smem`]):
 /// three 8-warp blocks a SM (the S <= 4 register cap) with their ~4 KB of static shared
 /// memory and the 1 KB the driver reserves a block still fit the H200's 228 KB a SM.
@@ -739,6 +830,70 @@ mod tests {
             assert_eq!(next, kb, "{kb} {warps} {n}");
         }
         assert_eq!(rows_split_range(112, 8, 0, 1), (0, 112));
+    }
+
+    /// The persistent plan's shares cover every unit once, in order, each block at least
+    /// one unit; `block_of` inverts `lo`; a tile touches at most `max_parts` blocks.
+    #[test]
+    fn persist_plan_shares_cover_the_units() {
+        for (tiles, kb, warps, u, cap, whole) in [
+            (384, 128, 8, 2, 396, false),
+            (256, 112, 8, 2, 396, false),
+            (1792, 32, 8, 2, 396, false),
+            (1792, 32, 8, 2, 396, true),
+            (384, 128, 8, 2, 396, true),
+            (3, 16, 2, 2, 5, false),
+            (3, 16, 2, 2, 5, true),
+            (9, 6, 12, 1, 7, false),
+            (1, 1, 8, 2, 396, false),
+            (2, 8, 1, 1, 100_000, false),
+        ] {
+            let p = PersistPlan::new(tiles, kb, warps, u, cap, whole);
+            assert!(p.grid as usize <= if whole { tiles } else { p.units });
+            assert_eq!(p.rounds, kb.div_ceil(warps as usize * u).max(1));
+            assert_eq!(p.units, tiles * p.rounds);
+            assert!(p.grid as usize <= p.units && p.grid <= cap);
+            assert_eq!(p.lo(0), 0);
+            assert_eq!(p.lo(p.grid as usize), p.units);
+            for b in 0..p.grid as usize {
+                assert!(p.lo(b) < p.lo(b + 1), "{tiles} {kb} block {b} empty");
+                for v in p.lo(b)..p.lo(b + 1) {
+                    assert_eq!(p.block_of(v), b, "{tiles} {kb} {warps} {u} {cap}: unit {v}");
+                }
+            }
+            for t in 0..tiles {
+                let parts = p.block_of(t * p.rounds + p.rounds - 1) - p.block_of(t * p.rounds) + 1;
+                assert!(parts <= p.max_parts());
+                assert!(!whole || parts == 1);
+            }
+        }
+        let t = |p| Tuning {
+            mma_persistent: p,
+            ..Tuning::default()
+        };
+        assert!(rows_persistent(&t(Some(true)), 1, 384, true, 132));
+        assert!(rows_persistent(&t(Some(true)), 4, 384, true, 132));
+        assert!(!rows_persistent(&t(Some(true)), 8, 384, false, 132));
+        assert!(!rows_persistent(&t(Some(false)), 1, 896, false, 132));
+        // The rule (the default): 8-bit codes at S = 1 on 2-3 waves of 396 slots only:
+        // [14336 x 4096] (896 tiles) and [16384 x 6144] (1024), not [6144 x 16384] (384),
+        // [28672 x 4096] (1792), 4-bit codes, S > 1 or another block shape.
+        let auto = Tuning::default();
+        assert_eq!(auto.mma_persistent, None);
+        assert!(rows_persistent(&auto, 1, 896, false, 132));
+        assert!(rows_persistent(&auto, 1, 1024, false, 132));
+        assert!(rows_persistent(&auto, 1, 1188, false, 132));
+        assert!(!rows_persistent(&auto, 1, 1189, false, 132));
+        assert!(!rows_persistent(&auto, 1, 792, false, 132));
+        assert!(!rows_persistent(&auto, 1, 384, false, 132));
+        assert!(!rows_persistent(&auto, 1, 1792, false, 132));
+        assert!(!rows_persistent(&auto, 1, 896, true, 132));
+        assert!(!rows_persistent(&auto, 2, 896, false, 132));
+        let wide = Tuning {
+            mma_warps: 12,
+            ..Tuning::default()
+        };
+        assert!(!rows_persistent(&wide, 1, 896, false, 132));
     }
 
     #[test]

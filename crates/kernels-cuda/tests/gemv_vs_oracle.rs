@@ -85,6 +85,27 @@ fn split_rows(b: &CudaBackend, n: u32, pdl: bool) -> Tuning {
     }
 }
 
+/// The backend's tuning with the 16-row GEMV on the persistent grid at S <= 4
+/// (`Tuning::mma_persistent`), on the device's resident blocks (`grid` 0) or at most `grid`
+/// blocks (a few: tiles split between blocks), with programmatic dependent launch or
+/// without.
+fn persist_rows(b: &CudaBackend, grid: u32, pdl: bool) -> Tuning {
+    Tuning {
+        mma_persistent: Some(true),
+        mma_persist_grid: grid,
+        pdl,
+        ..b.tuning().clone()
+    }
+}
+
+/// [`persist_rows`] with whole-tile shares (`Tuning::mma_persist_whole`), 2 blocks.
+fn persist_whole_rows(b: &CudaBackend) -> Tuning {
+    Tuning {
+        mma_persist_whole: true,
+        ..persist_rows(b, 2, true)
+    }
+}
+
 /// Compiles up front, on all cores, the GEMV builds `run` needs at `batches`: the
 /// backend's and `plain_rows`' everywhere, the split-K ones at S <= 4 (where `run` checks
 /// them: the split serves small S; it is off by default, docs/CUDA.md).
@@ -95,7 +116,13 @@ fn warm_gemv(b: &CudaBackend, formats: &[Format], batches: &[usize]) {
         b.prewarm_tuned(
             formats,
             &small,
-            &[split_rows(b, 2, true), split_rows(b, 3, false)],
+            &[
+                split_rows(b, 2, true),
+                split_rows(b, 3, false),
+                persist_rows(b, 0, true),
+                persist_rows(b, 3, false),
+                persist_whole_rows(b),
+            ],
         )
     });
 }
@@ -179,6 +206,33 @@ fn run(
                         Err(msg) => failures.push(format!("{msg} (MmaRows, split-K {n})")),
                     }
                 }
+                // The persistent grid at S <= 4: the device's resident blocks with PDL, and 3
+                // blocks with a plain launch (tiles split between blocks: partials, arrival
+                // counters, their reuse by the next launch).
+                let persists: &[(u32, bool)] = if s <= 4 {
+                    &[(0, true), (3, false)]
+                } else {
+                    &[]
+                };
+                for &(g, pdl) in persists {
+                    let y =
+                        gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &persist_rows(b, g, pdl))
+                            .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                    match check(&t, &x, s, &y) {
+                        Ok(e) => worst = worst.max(e),
+                        Err(msg) => failures.push(format!("{msg} (MmaRows, persistent grid {g})")),
+                    }
+                }
+                if s <= 4 {
+                    let y = gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &persist_whole_rows(b))
+                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
+                    match check(&t, &x, s, &y) {
+                        Ok(e) => worst = worst.max(e),
+                        Err(msg) => {
+                            failures.push(format!("{msg} (MmaRows, persistent, whole tiles)"))
+                        }
+                    }
+                }
             }
         }
     }
@@ -240,11 +294,23 @@ fn resident_launch_matches_the_oracle() {
         mma_split_k: Some(3),
         ..b.tuning().clone()
     };
+    // tile_prep, then the 16-row GEMV on a persistent grid of 5 blocks, at S <= 4.
+    let persist = Tuning {
+        resident_fused: false,
+        mma_persistent: Some(true),
+        mma_persist_grid: 5,
+        ..b.tuning().clone()
+    };
     warm(|| {
         b.prewarm_tuned(
             &formats_under_test(),
             &batches,
-            &[fused.clone(), unfused.clone(), split.clone()],
+            &[
+                fused.clone(),
+                unfused.clone(),
+                split.clone(),
+                persist.clone(),
+            ],
         )
     });
     let mut failures = Vec::new();
@@ -273,6 +339,7 @@ fn resident_launch_matches_the_oracle() {
                     ("fused", &fused),
                     ("tile_prep", &unfused),
                     ("split-K", &split),
+                    ("persistent", &persist),
                 ] {
                     if name != "fused" && s > 4 {
                         continue; // S > 4 never fuses: the first pass ran this path

@@ -389,6 +389,34 @@ fn every_format_matches_the_oracle_split_over_k() {
     every_format_matches_the_oracle_with("splitk4", &["TS_EMU_SPLITK=4"]);
 }
 
+/// The persistent 16-row GEMV (`Build::GemvMmaPersist`, `Tuning::mma_persistent`, S <= 4):
+/// grids of 3, 5 and 7 blocks walking equal shares of the (tile, round) units, so tiles are
+/// split between blocks (partials summed in part order) and blocks span tiles (the warps'
+/// rings run across the boundary); 2-warp blocks make a tile several rounds long, 12-warp
+/// ones leave warps without k-blocks in a tile's last round; a grid of 100000 gives every
+/// unit its own block.
+#[test]
+fn every_format_matches_the_oracle_persistent() {
+    every_format_matches_the_oracle_with("persist5w2", &["TS_EMU_PERSIST=5", "TS_MMA_WARPS=2"]);
+    every_format_matches_the_oracle_with("persist3", &["TS_EMU_PERSIST=3"]);
+    every_format_matches_the_oracle_with("persist7w12", &["TS_EMU_PERSIST=7", "TS_MMA_WARPS=12"]);
+    every_format_matches_the_oracle_with(
+        "persist3w1s16",
+        &[
+            "TS_EMU_PERSIST=3",
+            "TS_MMA_WARPS=1",
+            "TS_MMA_STAGE=16",
+            "TS_MMA_DEPTH=3",
+        ],
+    );
+    every_format_matches_the_oracle_with("persistall", &["TS_EMU_PERSIST=100000"]);
+    // Whole-tile shares (`Tuning::mma_persist_whole`): blocks of 1-2 tiles, never split.
+    every_format_matches_the_oracle_with(
+        "persist2whole",
+        &["TS_EMU_PERSIST=2", "TS_MMA_WARPS=2", "TS_MMA_PERSIST_WHOLE"],
+    );
+}
+
 /// The resident path's fused split (`Build::GemvMmaFused`, S <= 4): x split by the kernel
 /// source's own `split_p` / `fuse_split_group` into the interleaved layout its x loads read
 /// (`x_group`), with and without 12 warps.

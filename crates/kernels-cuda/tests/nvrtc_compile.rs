@@ -34,6 +34,14 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                         let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
                         (w != m).then_some(Build::GemvMmaSplit(w))
                     }));
+                    // The persistent twins (S <= 4), both chunks.
+                    if s <= 4 {
+                        b.extend(c.mma.map(Build::GemvMmaPersist));
+                        b.extend(c.mma.and_then(|m| {
+                            let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
+                            (w != m).then_some(Build::GemvMmaPersist(w))
+                        }));
+                    }
                     // The resident path's fused-split twins (S <= 4), both chunks.
                     if s <= 4 {
                         b.extend(c.mma.map(Build::GemvMmaFused));
@@ -145,6 +153,7 @@ fn every_build_compiles_for_sm90() {
                 Build::GemvMma(m) => format!("_mma{}", m.chunk_bytes),
                 Build::GemvMmaFused(m) => format!("_mmafused{}", m.chunk_bytes),
                 Build::GemvMmaSplit(m) => format!("_mmasplit{}", m.chunk_bytes),
+                Build::GemvMmaPersist(m) => format!("_mmapersist{}", m.chunk_bytes),
                 Build::Gemm { mma, parts } => format!("_gemm{}_p{parts}", mma.chunk_bytes),
                 Build::GemvTiles { mma, nt } => format!("_tiles{}_nt{nt}", mma.chunk_bytes),
                 Build::TilePrep {

@@ -111,9 +111,87 @@ extern "C" int ts_emu_gemv(int fmt, int gs, int S, const u8* w, i64 wlen, const 
 #ifndef TS_EMU_SPLITK
 #define TS_EMU_SPLITK 1
 #endif
+// -DTS_EMU_PERSIST=<G> runs the persistent build's schedule (gemv.cu TS_MMA_PERSIST) with a
+// grid of min(G, units) blocks: each block's warps walk the block's share of the (tile,
+// round) units (`mma_walk`, the kernel's own walk and ring), the block's warps' partials are
+// summed per tile, and a tile split between blocks goes through per-part partials summed in
+// part order once all its parts arrived (blocks run in order here, so the last part's block
+// sums them, as on the device the last to arrive does).
+#ifndef TS_EMU_PERSIST
+#define TS_EMU_PERSIST 0
+#endif
+template <int FMT, int GS, int CBT, int S>
+static void run_mma_persist(const MArgs& a, float* y) {
+    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N };
+    const int rs = persist_rounds(mma_kblocks<FMT, CBT>(a), TS_MMA_WARPS, TS_MMA_STAGE / CBT);
+    const int tiles = (a.O + 15) / 16;
+    const i64 n = (i64)tiles * rs;
+#ifdef TS_MMA_PERSIST_WHOLE
+    const int g = tiles < TS_EMU_PERSIST ? tiles : TS_EMU_PERSIST;
+#else
+    const int g = (int)(n < TS_EMU_PERSIST ? n : TS_EMU_PERSIST);
+#endif
+    float* ws = (float*)std::calloc((size_t)rs * S * a.O, sizeof(float));
+    int* cnt = (int*)std::calloc((size_t)tiles, sizeof(int));
+    typedef float Tot[32][NT][4];
+    for (int b = 0; b < g; ++b) {
+        const MmaWalk wk = persist_share(b, g, tiles, rs);
+        if (wk.ulo >= wk.uhi) continue;
+        const int tf = wk.ulo / rs, tl = (wk.uhi - 1) / rs;
+        Tot* tot = (Tot*)std::calloc((size_t)(tl - tf + 1), sizeof(Tot));
+        int ends = 0;
+        for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
+            float acc[32][NT][4];
+            int seen = 0;
+            auto tile_end = [&](int tile, float (&ac)[32][NT][4]) {
+                for (int lane = 0; lane < 32; ++lane)
+                    for (int nt = 0; nt < NT; ++nt)
+                        for (int q = 0; q < 4; ++q) tot[tile - tf][lane][nt][q] += ac[lane][nt][q];
+                ++seen;
+            };
+            mma_walk<FMT, GS, S, CBT, 32>(a, wk, warp, TS_MMA_WARPS, 0, acc, tile_end);
+            // Every warp ends every tile of the block's share (the kernel's barrier count).
+            if (warp > 0 && seen != ends) std::abort();
+            ends = seen;
+        }
+        if (ends != tl - tf + 1) std::abort();
+        for (int tile = tf; tile <= tl; ++tile) {
+            mma_class_sum<S, NCLS, 32>(tot[tile - tf]);
+            const i64 t0 = (i64)tile * rs, t1 = t0 + rs;
+            if (t0 >= wk.ulo && t1 <= wk.uhi) {
+                for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, 16 * tile, lane, tot[tile - tf][lane], y);
+                continue;
+            }
+#ifdef TS_MMA_PERSIST_WHOLE
+            std::abort();  // whole-tile shares never split a tile
+#endif
+            const int f = persist_block_of(t0, g, n), np = persist_block_of(t1 - 1, g, n) - f + 1;
+            if (b - f < 0 || b - f >= np || np > rs) std::abort();
+            for (int lane = 0; lane < 32; ++lane)
+                mma_store<FMT, S, NCLS>(a, 16 * tile, lane, tot[tile - tf][lane], ws + (i64)(b - f) * S * a.O);
+            if (++cnt[tile] == np) {
+                for (int k = 0; k < 16 * S; ++k) {
+                    const int row = 16 * tile + (k & 15), s = k >> 4;
+                    if (row >= a.O) continue;
+                    float v = 0.0f;
+                    for (int pp = 0; pp < np; ++pp) v += ws[((i64)pp * S + s) * a.O + row];
+                    y[(i64)s * a.O + row] = v;
+                }
+            }
+        }
+        std::free(tot);
+    }
+    std::free(ws);
+    std::free(cnt);
+}
+
 template <int FMT, int GS, int CBT, int S>
 static void run_mma(const MArgs& a, float* y) {
     enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N, NZ = TS_EMU_SPLITK };
+    if constexpr (TS_EMU_PERSIST > 0 && S <= 4) {
+        run_mma_persist<FMT, GS, CBT, S>(a, y);
+        return;
+    }
     float* ws = NZ > 1 ? (float*)std::calloc((size_t)NZ * S * a.O, sizeof(float)) : nullptr;
     for (int r0 = 0; r0 < a.O; r0 += 16) {
         for (int z = 0; z < NZ; ++z) {
