@@ -184,6 +184,44 @@ mod tests {
         assert_ne!(rw, w);
     }
 
+    /// The sign words are part of the format (docs/FORMATS.md), so they are pinned to
+    /// values computed outside this code: SplitMix64's published first output for state 0
+    /// (0xE220A8397B1DCDAF), the rest from an independent Python transcription.
+    #[test]
+    fn sign_words_are_splitmix64_of_seed_plus_k() {
+        let words: [(u64, [u64; 4]); 2] = [
+            (
+                0,
+                [
+                    0xe220_a839_7b1d_cdaf,
+                    0x910a_2dec_8902_5cc1,
+                    0x9758_35de_1c97_56ce,
+                    0x1d0b_14e4_db01_8fed,
+                ],
+            ),
+            (
+                1000,
+                [
+                    0x3c1e_ba8b_4dcc_c148,
+                    0x533e_00f7_f3c6_06d4,
+                    0xeefa_317f_ac7a_b8fd,
+                    0x9a98_9360_4466_79b8,
+                ],
+            ),
+        ];
+        for (seed, want) in words {
+            let s = signs(seed);
+            for (j, &sign) in s.iter().enumerate() {
+                let negative = (want[j / 64] >> (j % 64)) & 1 == 1;
+                assert_eq!(
+                    sign,
+                    if negative { -1 } else { 1 },
+                    "seed {seed} weight {j}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn seeds_select_different_signs_and_are_balanced() {
         let a = signs(42);

@@ -330,34 +330,13 @@ impl Int4Body<'_, '_> {
     ) {
         // SAFETY: the caller's contract.
         unsafe {
-            let mut h01 = [[Q::izero(); T]; R];
-            let mut h23 = [[Q::izero(); T]; R];
-            let mut first = [[Q::izero(); T]; R];
-            for m in 0..4 {
-                let c = 4 * j + m;
-                let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
-                for k in 0..T {
-                    xe[k] = Q::load(x[k].0.add(64 * c));
-                    xo[k] = Q::load(x[k].0.add(64 * c + 32));
-                }
-                for r in 0..R {
-                    let v = Q::load(w[r].add(32 * m));
-                    let (lo, hi) = (Q::lo4(v), Q::hi4(v));
-                    for k in 0..T {
-                        let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
-                        match m {
-                            1 => h01[r][k] = Q::hadd(first[r][k], i),
-                            3 => h23[r][k] = Q::hadd(first[r][k], i),
-                            _ => first[r][k] = i,
-                        }
-                    }
-                }
-            }
+            let xq = x.map(|a| a.0);
+            let dots = quad_dots::<Q, R, T>(w, j, &xq);
             for k in 0..T {
                 let dh = Q::fload(x[k].1.add(8 * j));
                 let oh = Q::iload(x[k].2.add(8 * j));
                 for r in 0..R {
-                    let f = Q::cvt(Q::iadd(Q::hadd(h01[r][k], h23[r][k]), oh));
+                    let f = Q::cvt(Q::iadd(dots[r][k], oh));
                     acc[r][k] = if by_row {
                         Q::fma(f, dh, acc[r][k])
                     } else {
@@ -519,6 +498,54 @@ impl Int4Body<'_, '_> {
     }
 }
 
+/// The integer dots of quad `j` (chunks 4j..4j+4: 128 weight bytes at each `w[r]`, the
+/// activations of those chunks at `xq[k]`), reduced by two `vphaddd` levels to one lane per
+/// 32-block: lane m holds chunk m's first block, lane 4 + m its second (the order of
+/// [`QActs::dh`]). Shared by the int4 and affine quads.
+///
+/// # Safety
+/// As [`QBody::run`]; 128 bytes at each `w[r]`; activation quad `j` exists.
+#[inline(always)]
+unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
+    w: &[*const u8; R],
+    j: usize,
+    xq: &[*const u8; T],
+) -> [[Q::I; T]; R] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut h01 = [[Q::izero(); T]; R];
+        let mut h23 = [[Q::izero(); T]; R];
+        let mut first = [[Q::izero(); T]; R];
+        for m in 0..4 {
+            let c = 4 * j + m;
+            let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
+            for k in 0..T {
+                xe[k] = Q::load(xq[k].add(64 * c));
+                xo[k] = Q::load(xq[k].add(64 * c + 32));
+            }
+            for r in 0..R {
+                let v = Q::load(w[r].add(32 * m));
+                let (lo, hi) = (Q::lo4(v), Q::hi4(v));
+                for k in 0..T {
+                    let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
+                    match m {
+                        1 => h01[r][k] = Q::hadd(first[r][k], i),
+                        3 => h23[r][k] = Q::hadd(first[r][k], i),
+                        _ => first[r][k] = i,
+                    }
+                }
+            }
+        }
+        let mut out = [[Q::izero(); T]; R];
+        for r in 0..R {
+            for k in 0..T {
+                out[r][k] = Q::hadd(h01[r][k], h23[r][k]);
+            }
+        }
+        out
+    }
+}
+
 impl QBody for Int4Body<'_, '_> {
     fn one_row_max_cols(&self) -> usize {
         super::PAIRS_ONE_ROW_MAX_COLS
@@ -628,6 +655,7 @@ impl QBody for AffineBody<'_, '_> {
         for k in 0..T {
             x[k] = (a.q(t0 + k), a.dh(t0 + k), a.xh(t0 + k));
         }
+        let xq = x.map(|a| a.0);
         let mut rows = [std::ptr::null::<u8>(); R];
         for r in 0..R {
             rows[r] = self.t.row(o + r).as_ptr();
@@ -655,34 +683,12 @@ impl QBody for AffineBody<'_, '_> {
                     };
                     (sv[r], zv[r]) = (Q::fperm(hv, s_at), Q::fperm(hv, z_at));
                 }
-                let mut h01 = [[Q::izero(); T]; R];
-                let mut h23 = [[Q::izero(); T]; R];
-                let mut first = [[Q::izero(); T]; R];
-                for m in 0..4 {
-                    let c = 4 * j + m;
-                    let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
-                    for k in 0..T {
-                        xe[k] = Q::load(x[k].0.add(64 * c));
-                        xo[k] = Q::load(x[k].0.add(64 * c + 32));
-                    }
-                    for r in 0..R {
-                        let v = Q::load(blk[r].add(32 * m));
-                        let (lo, hi) = (Q::lo4(v), Q::hi4(v));
-                        for k in 0..T {
-                            let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
-                            match m {
-                                1 => h01[r][k] = Q::hadd(first[r][k], i),
-                                3 => h23[r][k] = Q::hadd(first[r][k], i),
-                                _ => first[r][k] = i,
-                            }
-                        }
-                    }
-                }
+                let dots = quad_dots::<Q, R, T>(&blk, j, &xq);
                 for k in 0..T {
                     let dh = Q::fload(x[k].1.add(8 * j));
                     let xh = Q::fload(x[k].2.add(8 * j));
                     for r in 0..R {
-                        let f = Q::cvt(Q::hadd(h01[r][k], h23[r][k]));
+                        let f = Q::cvt(dots[r][k]);
                         acc[r][k] = Q::fma(Q::fmul(f, dh), sv[r], acc[r][k]);
                         zacc[r][k] = Q::fma(zv[r], xh, zacc[r][k]);
                     }
