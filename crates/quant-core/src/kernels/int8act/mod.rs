@@ -122,8 +122,7 @@ pub(crate) enum QLayout {
     /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk. Beside the values, per
     /// 32-block its step, and (in the order of two `vphaddd` levels over four chunk dots,
     /// [`QActs::dh`]) its step, value sum and int4 offset again: a kernel reads 1.25 bytes a
-    /// weight, so a row of 16384 activations (20 KB) stays in L1 beside the weight stream
-    /// ([`PAIRS_ONE_ROW_MAX_COLS`]).
+    /// weight (the per-lane layout before it, 2.06).
     Pairs,
     /// Not int8 at all: each value rounded to bf16 ([`fp8_bf16`], whose docs show that the
     /// int8 rounding bound still holds), stored per 64-chunk in [`fp8_bf16::order`].
@@ -601,10 +600,6 @@ pub(crate) trait QBody: Sync {
         t0: usize,
         out: &mut [f32],
     );
-    /// Rows of at most this many weights are walked one at a time ([`Micro::one_row_at_a_time`]).
-    fn one_row_max_cols(&self) -> usize {
-        ONE_ROW_MAX_COLS
-    }
     /// Rows of the tensor (for the portable level's range check).
     fn rows(&self) -> usize;
     /// I.
@@ -613,20 +608,16 @@ pub(crate) trait QBody: Sync {
     fn batch(&self) -> usize;
 }
 
-/// [`QLayout::Pairs`] kernels walk rows of at most this many weights one at a time: the
-/// layout's 1.25 bytes of activation-side numbers a weight keep a 16384-column row's
-/// (20 KB) in L1 beside the weight stream, where the layout before it (2.06 bytes a
-/// weight, 34 KB) did not, which is why longer rows went four at a time
-/// ([`ONE_ROW_MAX_COLS`]).
-pub(crate) const PAIRS_ONE_ROW_MAX_COLS: usize = 16384;
-
 /// Rows of at most this many weights are walked one at a time, longer ones four at a
 /// time ([`Micro::one_row_at_a_time`]). Measured against candle in the same process
 /// (per-call CPU time): on 4096 columns one row at a time streamed about twice as fast
 /// (int4-row 17.2 vs 8.1 GB/s, q6_k 22.2 vs 6.8), on 16384 columns four rows did (int4-row
 /// 16.0 vs 8.3, q6_k 13.2 vs 7.9): a row's activation-side numbers (2 to 2.3 bytes a
 /// weight) are re-read for every tile, and past L1 that costs more than the short
-/// prefetch streams of interleaved rows. 8192 is a midpoint, not a measured optimum.
+/// prefetch streams of interleaved rows. 8192 is a midpoint, not a measured optimum. Not
+/// the L1 footprint alone: with the `Pairs` layout's 1.25 bytes a weight (20 KB for 16384
+/// columns) one row at a time still streamed [6144 x 16384] int4 at 2.0-2.6 ms against
+/// 1.8-2.1 ms four at a time (read-pair, alternated, 2026-11-30 12:32 UTC).
 pub(crate) const ONE_ROW_MAX_COLS: usize = 8192;
 
 /// Runs a [`QBody`] through [`drive`]: VNNI at [`SimdLevel::Avx512Vnni`], the AVX2 maddubs
@@ -662,7 +653,7 @@ impl<M: QBody> Micro for QDriver<M> {
         unsafe { run_madd::<M, R, T>(&self.0, o, t0, out) }
     }
     fn one_row_at_a_time(&self) -> bool {
-        self.0.cols() <= self.0.one_row_max_cols()
+        self.0.cols() <= ONE_ROW_MAX_COLS
     }
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
         assert!(

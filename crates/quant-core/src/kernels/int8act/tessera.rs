@@ -547,9 +547,6 @@ unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
 }
 
 impl QBody for Int4Body<'_, '_> {
-    fn one_row_max_cols(&self) -> usize {
-        super::PAIRS_ONE_ROW_MAX_COLS
-    }
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
         &self,
@@ -633,9 +630,6 @@ const BLOCK_BYTES: usize = 136;
 const HEADER_BYTES: usize = 8;
 
 impl QBody for AffineBody<'_, '_> {
-    fn one_row_max_cols(&self) -> usize {
-        super::PAIRS_ONE_ROW_MAX_COLS
-    }
     /// A block is one quad of 4 chunks, reduced as [`Int4Body::quad`] does (two `vphaddd`
     /// levels to one lane per 32-block), times the block's steps and each lane's span
     /// scale; the zero term is `zero · d · Σ q` of each lane's 32-block, a vector FMA.
