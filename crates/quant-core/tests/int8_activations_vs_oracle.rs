@@ -115,8 +115,10 @@ fn edge_shapes(f: Format) -> Vec<(usize, usize)> {
     }
     out.push((1, cols[cols.len() - 1]));
     out.push((257, cols[0]));
-    // Long rows: the kernels walk rows four at a time past 8192 columns.
+    // Long rows: past 8192 columns the kernels walk rows four at a time; 37 rows end in a
+    // partial tile.
     out.push((6, if spec.whole_blocks_only { 8448 } else { 8457 }));
+    out.push((37, if spec.whole_blocks_only { 16640 } else { 16449 }));
     out
 }
 
