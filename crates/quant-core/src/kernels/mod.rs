@@ -295,6 +295,11 @@ pub(crate) trait Micro: Sync {
     fn one_row_at_a_time(&self) -> bool {
         false
     }
+    /// Where rows are not walked one at a time, whether [`drive`] takes eight of them at a
+    /// time at T = 1 instead of four (each activation load then serves eight rows).
+    fn eight_rows_at_a_time(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `m` over rows `row0..row0+n` and all S activation rows: S is cut into tiles of 4,
@@ -337,6 +342,9 @@ pub(crate) fn drive<M: Micro>(
         } else if left >= 2 {
             tile::<M, 2, 2>(level, m, row0, n, s, t0, out);
             t0 += 2;
+        } else if m.eight_rows_at_a_time() {
+            tile::<M, 8, 1>(level, m, row0, n, s, t0, out);
+            t0 += 1;
         } else {
             tile::<M, 4, 1>(level, m, row0, n, s, t0, out);
             t0 += 1;

@@ -600,6 +600,10 @@ pub(crate) trait QBody: Sync {
         t0: usize,
         out: &mut [f32],
     );
+    /// Whether long rows at S = 1 go eight at a time ([`Micro::eight_rows_at_a_time`]).
+    fn eight_rows(&self) -> bool {
+        false
+    }
     /// Rows of the tensor (for the portable level's range check).
     fn rows(&self) -> usize;
     /// I.
@@ -654,6 +658,9 @@ impl<M: QBody> Micro for QDriver<M> {
     }
     fn one_row_at_a_time(&self) -> bool {
         self.0.cols() <= ONE_ROW_MAX_COLS
+    }
+    fn eight_rows_at_a_time(&self) -> bool {
+        self.0.eight_rows()
     }
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
         assert!(

@@ -547,6 +547,13 @@ unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
 }
 
 impl QBody for Int4Body<'_, '_> {
+    /// int4-row: eight rows share each activation load on long rows (measured: [6144 x
+    /// 16384] 1.36-1.41 ms against 1.58-1.62 four at a time; int4-g64, whose scales add a
+    /// load and a multiply a row and quad, did not gain: 1.93-2.35 against 1.93-1.94 ms;
+    /// read-pair alternated, 2026-11-30 13:01 UTC).
+    fn eight_rows(&self) -> bool {
+        self.gs == 0
+    }
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
         &self,
@@ -630,6 +637,11 @@ const BLOCK_BYTES: usize = 136;
 const HEADER_BYTES: usize = 8;
 
 impl QBody for AffineBody<'_, '_> {
+    /// Eight rows share each activation load on long rows (measured: mq4-g256-v2
+    /// [6144 x 16384] 1.64-1.88 ms against 1.92-1.96 four at a time, as int4-row).
+    fn eight_rows(&self) -> bool {
+        true
+    }
     /// A block is one quad of 4 chunks, reduced as [`Int4Body::quad`] does (two `vphaddd`
     /// levels to one lane per 32-block), times the block's steps and each lane's span
     /// scale; the zero term is `zero · d · Σ q` of each lane's 32-block, a vector FMA.
