@@ -88,6 +88,29 @@ struct SplitScratch {
     counters: CudaSlice<u32>,
 }
 
+impl SplitScratch {
+    /// Grows the buffers to at least `partials` floats and `counters` counters (zeroed, as
+    /// the kernels' last-arrival counters must start), keeping them when large enough.
+    fn ensure(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        partials: usize,
+        counters: usize,
+    ) -> Result<(), CudaError> {
+        if self.partials.len() < partials {
+            self.partials = stream
+                .alloc_zeros::<f32>(partials)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        if self.counters.len() < counters {
+            self.counters = stream
+                .alloc_zeros::<u32>(counters)
+                .map_err(CudaError::driver("allocating split-K scratch"))?;
+        }
+        Ok(())
+    }
+}
+
 /// A weight tensor on the device, in its container's own layout: the weight bytes and the
 /// sidecar-scale bytes exactly as stored (a format without sidecar gets a 16-byte
 /// placeholder the kernels never read, since CUDA cannot allocate zero bytes).
@@ -952,18 +975,7 @@ impl CudaBackend {
             .checked_mul(s)
             .and_then(|v| v.checked_mul(w.rows))
             .ok_or_else(|| shape_err("split-K scratch overflows".into()))?;
-        if scratch.partials.len() < need {
-            scratch.partials = self
-                .stream
-                .alloc_zeros::<f32>(need)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
-        if scratch.counters.len() < blocks as usize {
-            scratch.counters = self
-                .stream
-                .alloc_zeros::<u32>(blocks as usize)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
+        scratch.ensure(&self.stream, need, blocks as usize)?;
         let SplitScratch { partials, counters } = &mut *scratch;
         let pdl = tuning.pdl && layout::pdl_pays(total, self.sms);
         self.launch_rows_scratch(
@@ -1049,18 +1061,7 @@ impl CudaBackend {
             .checked_mul(s)
             .and_then(|v| v.checked_mul(w.rows))
             .ok_or_else(|| shape_err("persistent scratch overflows".into()))?;
-        if scratch.partials.len() < need {
-            scratch.partials = self
-                .stream
-                .alloc_zeros::<f32>(need)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
-        if scratch.counters.len() < tiles {
-            scratch.counters = self
-                .stream
-                .alloc_zeros::<u32>(tiles)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
+        scratch.ensure(&self.stream, need, tiles)?;
         let SplitScratch { partials, counters } = &mut *scratch;
         let pdl = tuning.pdl && layout::pdl_pays(plan.grid, self.sms);
         self.launch_rows_scratch(
@@ -1376,18 +1377,7 @@ impl CudaBackend {
             .checked_mul(s)
             .and_then(|v| v.checked_mul(w.rows))
             .ok_or_else(|| shape_err("split-K scratch overflows".into()))?;
-        if scratch.partials.len() < need {
-            scratch.partials = self
-                .stream
-                .alloc_zeros::<f32>(need)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
-        if scratch.counters.len() < gx {
-            scratch.counters = self
-                .stream
-                .alloc_zeros::<u32>(gx)
-                .map_err(CudaError::driver("allocating split-K scratch"))?;
-        }
+        scratch.ensure(&self.stream, need, gx)?;
         let SplitScratch { partials, counters } = &mut *scratch;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&w.weights)
