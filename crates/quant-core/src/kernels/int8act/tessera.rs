@@ -8,15 +8,17 @@
 //! - int4 and the affine family ([`QLayout::Pairs`]): 32 packed bytes hold 64 weights,
 //!   weight 2b the low nibble of byte b. The low nibbles are dotted with the chunk's
 //!   even-indexed activations and the high nibbles with the odd ones, into the same 8
-//!   lanes, lane l holding weights 8l..8l+8 — whose activation 32-block is 2c + l/4, so
-//!   the chunk's two steps spread over the lanes (`fpair`) scale it. int4's `q - 8` offset
-//!   starts each lane's integer sum at `-8·Σ q8` of that lane's 8 activations, computed in
-//!   the loop (two more dots a chunk, shared by the tile's rows) rather than stored: the
-//!   activation-side numbers then fit L1 on long rows, and every lane's sum stays exact
-//!   (a lane of zero weights gives exactly zero, whatever its neighbours hold). Group
-//!   scales multiply the lanes per chunk (one broadcast when gs is a multiple of 64, else a
-//!   per-lane vector). The affine blocks add `zero · Σ x̂` per (scale, zero) span from the
-//!   activations' chunk sums.
+//!   lanes, lane l holding weights 8l..8l+8 (activation 32-block 2c + l/4). int4-row, int4
+//!   groups that are a multiple of 64 and the affine blocks go a quad of four chunks at a
+//!   time ([`quad_dots`]): two `vphaddd` levels leave one lane per 32-block, to which the
+//!   block's int4 offset `-8·Σ q8` is added exactly (in the integer sum) before one
+//!   conversion, the block's step ([`QActs::dh`]) and the lane's group or span scale; the
+//!   affine zero term is `zero · d · Σ q` per block, one vector FMA. Groups that are not a
+//!   multiple of 64 give the lanes of one chunk different scales, so they go a chunk at a
+//!   time ([`Int4Body::lane_tile`]): each lane's offset computed in the loop (two dots a
+//!   chunk, shared by the tile's rows), the chunk's two steps spread over the lanes
+//!   (`fpair`), the scales a per-lane vector. Every lane's integer sum is exact, so a row
+//!   of zero weights gives exactly zero.
 
 // Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
 // activation indices; iterator chains would hide that shape.
@@ -388,8 +390,9 @@ impl Int4Body<'_, '_> {
         // quad would cost as much as a chunk's dots).
         let (mut g, mut rem, mut phase) = (0usize, 0usize, 0usize);
         let nscales = self.t.scales().len() / 4;
+        // The last quad's zero-padded copies (zeroed once, not every quad).
+        let mut bufs = [[0u8; 128]; R];
         for j in 0..quads {
-            let mut bufs = [[0u8; 128]; R];
             for r in 0..R {
                 w[r] = if j < whole {
                     // SAFETY: see above.
