@@ -842,16 +842,8 @@ TS_DEV void ld_chunk(const u8* p, u32 (&v)[NW]) {
 }
 
 // Activation halves (16-byte aligned, L1-cached: every row tile reads them): the 8 halves of B row xr (2s + part), columns c .. c + 7 (c a multiple of 8). The split
-// buffer ([2S, xs], layout.rs split_activations) holds them at 2 (xr xs + c); the fused
-// split (-DTS_FUSE_SPLIT, `fuse_split`) keeps each 8 columns of activation s as 32 bytes,
-// 16 of x_hi then 16 of x_lo, where the 8 f32 of x were (so the split runs in place).
-TS_DEV const u8* x_group(const u8* xh, int xs, int xr, i64 c) {
-#ifdef TS_FUSE_SPLIT
-    return xh + 4 * ((i64)(xr >> 1) * xs + c) + 16 * (xr & 1);
-#else
-    return xh + 2 * ((i64)xr * xs + c);
-#endif
-}
+// buffer ([2S, xs], layout.rs split_activations) holds them at 2 (xr xs + c).
+TS_DEV const u8* x_group(const u8* xh, int xs, int xr, i64 c) { return xh + 2 * ((i64)xr * xs + c); }
 template <int NW>
 TS_DEV void ld_xg(const u8* xh, int xs, int xr, i64 c, u32 (&v)[NW]) {
 #pragma unroll
@@ -892,33 +884,6 @@ TS_DEV u32 f32_to_h(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return (u32)h;
 #endif
-}
-
-// One 8-column group of the fused split, in place: the 8 f32 of x at g become x_hi (16
-// bytes, then x_lo) with x p = x_hi + x_lo, both f16 round-to-nearest of f32-exact values
-// (tile_prep's arithmetic, so its halves bit for bit); nibble formats in the order 0, 4, 1,
-// 5, 2, 6, 3, 7 (layout.rs nibble_order). Returns the group's sum of x p, added as
-// tile_prep adds it (the caller sums 16 groups into a 128-column segment).
-TS_DEV float fuse_split_group(u8* g, float p, bool nib) {
-    const F4 a = *reinterpret_cast<const F4*>(g), b = *reinterpret_cast<const F4*>(g + 16);
-    float v[8] = {a.x * p, a.y * p, a.z * p, a.w * p, b.x * p, b.y * p, b.z * p, b.w * p};
-    u32 hi[8], lo[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        hi[e] = f32_to_h(v[e]);
-        lo[e] = f32_to_h(v[e] - f16_to_f32(hi[e]));
-    }
-    U4 h, l;
-    if (nib) {
-        h = U4{hi[0] | (hi[4] << 16), hi[1] | (hi[5] << 16), hi[2] | (hi[6] << 16), hi[3] | (hi[7] << 16)};
-        l = U4{lo[0] | (lo[4] << 16), lo[1] | (lo[5] << 16), lo[2] | (lo[6] << 16), lo[3] | (lo[7] << 16)};
-    } else {
-        h = U4{hi[0] | (hi[1] << 16), hi[2] | (hi[3] << 16), hi[4] | (hi[5] << 16), hi[6] | (hi[7] << 16)};
-        l = U4{lo[0] | (lo[1] << 16), lo[2] | (lo[3] << 16), lo[4] | (lo[5] << 16), lo[6] | (lo[7] << 16)};
-    }
-    *reinterpret_cast<U4*>(g) = h;
-    *reinterpret_cast<U4*>(g + 16) = l;
-    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
 // Programmatic dependent launch (-DTS_PDL, sm_90+): the kernel lets the next kernel of the
@@ -996,9 +961,6 @@ struct MArgs {
     int O;
     int xs;
     int sc_row;
-    // -DTS_FUSE_SPLIT: x itself ([S, xs] f32, stored domain, zero past I); xh and xa then
-    // point into the block's shared memory, where `fuse_split` builds them.
-    const float* xf;
 };
 
 template <int FMT>
@@ -1180,84 +1142,6 @@ TS_DEV void mma_scale_decode(const u32 (&r)[MmaFmt<FMT>::NR], float& d, float& z
     }
 }
 
-#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
-// The fused activation split of the 16-row GEMV (-DTS_FUSE_SPLIT, `gemv_launch_resident` at
-// S <= 4): every block builds the whole split itself in shared memory, so the resident path
-// is one launch instead of tile_prep + GEMV. Pass 1 copies x (f32, from L2: a few KB to
-// 64 KB) into shared memory and finds each row's max |x|; the p of each row follows
-// tile_prep's rule (`split_p`); pass 2 turns each 8 columns into x_hi + x_lo in place
-// (`fuse_split_group`, `x_group`'s layout) and, for the affine formats, sums x p over
-// 128-column segments in tile_prep's order. So the halves, 1/p and the sums are tile_prep's
-// bit for bit. Shared memory: S xs f32, then S floats 1/p and S xs / 128 sums (layout.rs
-// `fused_split_smem`). Called by every thread of the block, after `pdl_wait`.
-template <int FMT, int S>
-__device__ __forceinline__ void fuse_split(const MArgs& a) {
-    enum { NTH = 32 * TS_MMA_WARPS };
-    __shared__ float fmx[TS_MMA_WARPS][S];
-    __shared__ float fpp[S];
-    const int xs = a.xs, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    u8* sm = const_cast<u8*>(a.xh);
-    float* smf = reinterpret_cast<float*>(sm);
-    float* xa = const_cast<float*>(a.xa);
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-        float m = 0.0f;
-        // xs is a multiple of 1024: whole float4s.
-        for (int i = 4 * tid; i < xs; i += 4 * NTH) {
-            const F4 v = load_x4(a.xf, (i64)s * xs + i);
-            *reinterpret_cast<F4*>(smf + (i64)s * xs + i) = v;
-            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        }
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-        if (lane == 0) fmx[warp][s] = m;
-    }
-    __syncthreads();
-    if (tid < S) {
-        float mm = 0.0f;
-#pragma unroll
-        for (int k = 0; k < TS_MMA_WARPS; ++k) mm = fmaxf(mm, fmx[k][tid]);
-        float p, inv;
-        split_p(mm, p, inv);
-        fpp[tid] = p;
-        xa[tid] = inv;
-    }
-    __syncthreads();
-    // Groups of 8 columns; S xs / 8 is a multiple of 128, so each warp's 32 groups are all
-    // in range or all out (the shuffles below see full warps), and 16 consecutive groups
-    // are one aligned 128-column segment of one row.
-    const int gpr = xs / 8;
-    for (int g = tid; g < S * gpr; g += NTH) {
-        const int s = g / gpr;
-        float t = fuse_split_group(sm + 32 * (i64)g, fpp[s], MmaFmt<FMT>::NIBBLES);
-        if constexpr (MmaFmt<FMT>::AFFINE) {
-#pragma unroll
-            for (int k = 8; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
-            if ((lane & 15) == 0) xa[S + (i64)s * (xs / TS_SUM_SEG) + (i64)(g % gpr) * 8 / TS_SUM_SEG] = t;
-        } else {
-            (void)t;
-        }
-    }
-    __syncthreads();
-}
-#endif
-
-// Split-K range of the 16-row GEMV (layout.rs `rows_split_range` is its twin): split z of
-// n takes k-blocks [z per, min((z + 1) per, nkb)), per = ceil(nkb / n) rounded up to a
-// multiple of the block's warps (so each warp gets the same count in every full split);
-// a split past the row's end is empty (its partial is zero).
-TS_DEV void mma_split_range(i64 nkb, int nwarps, int z, int n, i64& lo, i64& hi) {
-    if (n <= 1) {
-        lo = 0;
-        hi = nkb;
-        return;
-    }
-    i64 per = (nkb + n - 1) / n;
-    per = (per + nwarps - 1) / nwarps * nwarps;
-    lo = (i64)z * per < nkb ? (i64)z * per : nkb;
-    hi = lo + per < nkb ? lo + per : nkb;
-}
-
 // acc[l][nt][q] (+)= this warp's share of the 16-row tile at r0: k-blocks warp,
 // warp + nwarps, ... C layout: q = 0, 1: row g, columns 2t, 2t+1 of n-tile nt (activation
 // 4nt + t, hi and lo parts); q = 2, 3: row g + 8. Scales of groups, tiles and blocks, and
@@ -1266,10 +1150,6 @@ TS_DEV void mma_split_range(i64 nkb, int nwarps, int z, int n, i64& lo, i64& hi)
 // Software pipeline: the weights and scale words of the next U k-blocks are in flight
 // while the current U are decoded and multiplied, so DRAM latency is never waited on in
 // the steady state.
-//
-// Split-K (`split` of `nsplit`, -DTS_MMA_SPLITK): the warp's block takes only the row's
-// k-blocks [split per, (split + 1) per), per = ceil(nkb / nsplit) rounded up to whole
-// rounds of the block's warps (`mma_split_range`); nsplit = 1 is the whole row.
 //
 // Persistent walk (WALK, `mma_walk`): the warp takes the block's units [w.ulo, w.uhi) of the
 // whole launch's (tile, round) sequence (`MmaWalk`), the k-blocks of each unit as above, with
@@ -1289,7 +1169,7 @@ struct MmaNoTileEnd {
 };
 template <int FMT, int GS, int S, int CBT, int L, bool WALK, class TileEnd>
 TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane0,
-                          float (&acc)[L][MmaShape<S>::NT][4], int split, int nsplit, MmaWalk walk,
+                          float (&acc)[L][MmaShape<S>::NT][4], MmaWalk walk,
                           TileEnd& tile_end) {
     typedef MmaFmt<FMT> F;
     enum {
@@ -1312,8 +1192,7 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int q = 0; q < 4; ++q) acc[l][nt][q] = 0.0f;
-    i64 klo, khi;
-    mma_split_range(mma_kblocks<FMT, CBT>(a), nwarps, split, nsplit, klo, khi);
+    const i64 klo = 0, khi = mma_kblocks<FMT, CBT>(a);
     // The warp's k-blocks: interleaved (warp, warp + nwarps, ...: the block's warps read
     // neighbouring bytes of a row at once), or with -DTS_MMA_CONTIG one contiguous range of
     // whole stages per warp (each warp streams its own run of every row).
@@ -1582,12 +1461,6 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         return;
     }
     if (kbeg >= kend) {
-#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
-        // A warp without k-blocks (12 warps over 8 k-blocks) still takes its part in the
-        // block's split and its barriers.
-        pdl_wait();
-        fuse_split<FMT, S>(a);
-#endif
         return;
     }
     u32 wv[D][U][L][2][NW];
@@ -1597,9 +1470,6 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
     // Programmatic dependent launch: the first stages' weights and scales (never written by a
     // kernel) are in flight; the activations may come from the previous kernel.
     pdl_wait();
-#if defined(TS_FUSE_SPLIT) && !defined(TS_HOST)
-    fuse_split<FMT, S>(a);
-#endif
     for (i64 kb0 = kbeg; kb0 < kend; kb0 += D * stride) {
 #pragma unroll
         for (int d = 0; d < D; ++d) {
@@ -1613,15 +1483,15 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
 
 template <int FMT, int GS, int S, int CBT, int L>
 TS_DEV void mma_warp(const MArgs& a, int r0, int warp, int nwarps, int lane0,
-                     float (&acc)[L][MmaShape<S>::NT][4], int split = 0, int nsplit = 1) {
+                     float (&acc)[L][MmaShape<S>::NT][4]) {
     MmaNoTileEnd none;
-    mma_warp_impl<FMT, GS, S, CBT, L, false>(a, r0, warp, nwarps, lane0, acc, split, nsplit, MmaWalk{0, 0, 1}, none);
+    mma_warp_impl<FMT, GS, S, CBT, L, false>(a, r0, warp, nwarps, lane0, acc, MmaWalk{0, 0, 1}, none);
 }
 
 template <int FMT, int GS, int S, int CBT, int L, class TileEnd>
 TS_DEV void mma_walk(const MArgs& a, MmaWalk walk, int warp, int nwarps, int lane0,
                      float (&acc)[L][MmaShape<S>::NT][4], TileEnd& tile_end) {
-    mma_warp_impl<FMT, GS, S, CBT, L, true>(a, 0, warp, nwarps, lane0, acc, 0, 1, walk, tile_end);
+    mma_warp_impl<FMT, GS, S, CBT, L, true>(a, 0, warp, nwarps, lane0, acc, walk, tile_end);
 }
 
 // ---- persistent schedule of the 16-row GEMV (-DTS_MMA_PERSIST, layout.rs twins) ---------
@@ -1645,16 +1515,11 @@ TS_DEV int persist_rounds(i64 nkb, int nwarps, int u) {
 TS_DEV int persist_lo(int b, int g, i64 n) { return (int)((i64)b * n / g); }
 // The block whose share holds unit v: the largest b with persist_lo(b) <= v.
 TS_DEV int persist_block_of(i64 v, int g, i64 n) { return (int)(((v + 1) * g - 1) / n); }
-// Block b's share of the units: equal shares of the units, or with -DTS_MMA_PERSIST_WHOLE
-// equal shares of whole tiles (no tile is split between blocks; shares differ by up to one
-// tile), of `tiles` tiles of rs units each on a grid of g blocks.
+// Block b's share of the units: equal shares of the units, of `tiles` tiles of rs units
+// each on a grid of g blocks.
 TS_DEV MmaWalk persist_share(int b, int g, int tiles, int rs) {
-#ifdef TS_MMA_PERSIST_WHOLE
-    return MmaWalk{persist_lo(b, g, tiles) * rs, persist_lo(b + 1, g, tiles) * rs, rs};
-#else
     const i64 n = (i64)tiles * rs;
     return MmaWalk{persist_lo(b, g, n), persist_lo(b + 1, g, n), rs};
-#endif
 }
 
 // Group classes: lane t holds class t / S of activation t % S; the sum over the quad's
@@ -2381,10 +2246,8 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long l
 // Tensor-core build (-DTS_MMA=<CBT>): exports gemv_mma_s<S>,
 //   (const u8* w, const u8* sc, const u8* xh, const float* xa, float* y,
 //    long long row_bytes, int O, int x_stride, int sc_row)
-// with xh / xa the split activations (see MArgs). With -DTS_FUSE_SPLIT (S <= 4) xh is x
-// itself ([S, xs] f32) and xa unused: each block splits x into its dynamic shared memory
-// (`fuse_split`; launched with layout.rs `fused_split_smem` bytes). A block of TS_MMA_WARPS
-// warps owns 16 rows.
+// with xh / xa the split activations (see MArgs). A block of TS_MMA_WARPS warps owns 16
+// rows.
 // Blocks an SM must hold at once (the register cap: 65536 / (32 TS_MMA_WARPS x this)): 3
 // keeps a 6144-row GEMV (384 blocks) in one wave on 132 SMs at small S (<= 85 registers);
 // larger S needs the registers more than the residency (3 spills there and ran 1.2-2x
@@ -2393,25 +2256,14 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv(const unsigned long l
 #define TS_MMA_MIN_BLOCKS (TS_S <= 4 ? 3 : 2)
 #endif
 //
-// Split-K (-DTS_MMA_SPLITK, `Tuning::mma_split_k`): two more parameters (float* ws,
-// unsigned* cnt) and gridDim.z = splits. Block (x, z) takes split z of its 16 rows' k-blocks
-// (`mma_split_range`), writes its partial outputs (1/p and row scale applied: the sum is
-// linear) to ws [splits, S, O]; the last block of row block x to arrive (an atomic counter
-// per row block in cnt, zero before the launch, reset by that block) sums the splits in z
-// order (deterministic) and writes y: every output written once, in one launch, as the
-// split-K tile GEMV does. So a one-wave grid of long blocks becomes several waves of short
-// ones. Measured on the H200 (docs/CUDA.md, session 5 round 2): slower at every split and
-// shape (each block's fixed latency outweighs the tail it hides), so it is off by default.
-//
-// Persistent (-DTS_MMA_PERSIST, `Tuning::mma_persistent`, S <= 4): the same two parameters;
+// Persistent (-DTS_MMA_PERSIST, `Tuning::mma_persistent`, S <= 4): two more parameters
+// (float* ws, unsigned* cnt);
 // gridDim.x = G blocks (at most the device's resident blocks) walk equal shares of the
 // launch's (tile, round) units (`persist_lo`), each warp's weight ring kept full across
 // tile boundaries (`mma_walk`); a tile split between blocks goes through ws [parts, S, O]
-// and the per-tile counter in cnt as split-K's does, summed by its last block in part order.
-#if defined(TS_MMA_SPLITK) && defined(TS_MMA_PERSIST)
-#error "split-K and the persistent schedule are separate builds"
-#endif
-#if defined(TS_MMA_SPLITK) || defined(TS_MMA_PERSIST)
+// and the per-tile counter in cnt (zero before the launch, reset by the tile's last block),
+// summed by its last block in part order.
+#ifdef TS_MMA_PERSIST
 #define TS_MMA_SPLIT_PARAMS , float *__restrict__ ws, unsigned *__restrict__ cnt
 #define TS_MMA_SPLIT_ARGS , ws, cnt
 #else
@@ -2443,25 +2295,12 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     a.O = O;
     a.xs = x_stride;
     a.sc_row = sc_row;
-    a.xf = nullptr;
-#ifdef TS_FUSE_SPLIT
-    // xh is x itself (f32); the split lives in this block's shared memory (`fuse_split`).
-    static_assert(S <= 4, "the fused split serves S <= 4");
-    extern __shared__ __align__(16) u8 fuse_sm[];
-    a.xf = reinterpret_cast<const float*>(xh);
-    a.xh = fuse_sm;
-    a.xa = reinterpret_cast<const float*>(fuse_sm + 4 * (i64)S * x_stride);
-    (void)xa;
-#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = blockIdx.x * 16;
     enum { NCLS = MmaClasses<TS_FMT, TS_GS, TS_MMA>::N };
     pdl_launch();
     float acc[1][NT][4];
 #ifdef TS_MMA_PERSIST
-#ifdef TS_FUSE_SPLIT
-#error "the persistent schedule and the fused split are separate builds"
-#endif
     static_assert(S <= 4, "the persistent schedule serves S <= 4");
     (void)r0;
     // Two reduction buffers: warp 0 may still read one tile's partials while the other warps
@@ -2519,15 +2358,7 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
     };
     mma_walk<TS_FMT, TS_GS, S, TS_MMA, 1>(a, wk, warp, TS_MMA_WARPS, lane, acc, tile_end);
 #else
-#ifdef TS_MMA_SPLITK
-#ifdef TS_FUSE_SPLIT
-#error "split-K and the fused split are separate builds"
-#endif
-    const int nz = (int)gridDim.z, z = (int)blockIdx.z;
-    mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc, z, nz);
-#else
     mma_warp<TS_FMT, TS_GS, S, TS_MMA, 1>(a, r0, warp, TS_MMA_WARPS, lane, acc);
-#endif
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -2545,29 +2376,7 @@ __device__ __forceinline__ void gemv_mma_body(const u8* __restrict__ w, const u8
                 tot[0][nt][q] = v;
             }
         mma_class_sum<S, NCLS, 1>(tot);
-        pdl_wait();  // y (and the split scratch) may be read or written by the previous kernel
-#ifdef TS_MMA_SPLITK
-        if (nz > 1) {
-            mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], ws + (i64)z * S * O);
-            // Publish the partial, then count this block in; the last one reduces.
-            __threadfence();
-            __syncwarp();
-            unsigned last = 0;
-            if (lane == 0) last = atomicAdd(cnt + blockIdx.x, 1u) == (unsigned)(nz - 1) ? 1u : 0u;
-            last = __shfl_sync(0xffffffffu, last, 0);
-            if (last == 0u) return;
-            __threadfence();
-            for (int k = lane; k < 16 * S; k += 32) {
-                const int row = r0 + (k & 15), s = k >> 4;
-                if (row >= O) continue;
-                float v = 0.0f;
-                for (int zz = 0; zz < nz; ++zz) v += __ldcg(ws + ((i64)zz * S + s) * O + row);
-                y[(i64)s * O + row] = v;
-            }
-            if (lane == 0) cnt[blockIdx.x] = 0u;  // ready for the next launch
-            return;
-        }
-#endif
+        pdl_wait();  // y may be read or written by the previous kernel
         mma_store<TS_FMT, S, NCLS>(a, r0, lane, tot[0], y);
     }
 #endif  // TS_MMA_PERSIST

@@ -12,20 +12,17 @@
 //!                   [--tunings default,rows,t8d2b2k2,w8d3b2,...] [--cuda-cores] [--resident]
 //!                   [--read 50331648,...] [--read-only]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
-//! launches), `fused` / `unfused` (`--resident` with the split inside the GEMV at S <= 4,
-//! or tile_prep + GEMV: the default),
-//! `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
+//! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
 //! hint, 8-warp blocks everywhere); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
-//! small grids too); `s4` (both: session 4's default); `k<n>` / `kauto` (the 16-row GEMV
-//! split over k n ways / by `layout::rows_splits`' rule); `diag1` / `diag2` (diagnostic
+//! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
 //! builds, wrong results by design); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
 //! stages>]` (the split-K tile GEMV with these knobs); `w<warps>d<depth>b<min
-//! blocks>[u<stage bytes>][p<L2 prefetch bytes, 0 for none>][c]` (the 16-row GEMV; `x` for
-//! the source's default, `c` one contiguous k range per warp; see `kernels_cuda::Tuning`);
+//! blocks>[u<stage bytes>][p<L2 prefetch bytes, 0 for none>][c][g<diag>]` (the 16-row GEMV;
+//! `x` for the source's default, `c` one contiguous k range per warp, `g` a diagnostic
+//! build; see `kernels_cuda::Tuning`);
 //! `persist` / `nopersist` / `pauto` (the 16-row GEMV at S <= 4 on the persistent grid always /
-//! never / by `layout::rows_persistent`'s rule; `persist<n>`: always, on at most n blocks;
-//! `persistw`: always, each block's share whole tiles).
+//! never / by `layout::rows_persistent`'s rule; `persist<n>`: always, on at most n blocks).
 //! `--read <bytes,...>` first times a plain streaming read (uint4 `ld.global.nc` loads, each
 //! thread U in flight, XOR-reduced, one word a block written) of buffers of these sizes, on
 //! grids of SMs x k blocks (grid-stride) and of one block per 256 x U loads, with and without
@@ -110,31 +107,6 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             ..Tuning::default()
         });
     }
-    // "fused" / "unfused": `gemv_launch_resident` with the split inside the 16-row GEMV at
-    // S <= 4 (one launch), or as tile_prep + GEMV (the default); the other columns are the
-    // default's kernels.
-    if name == "fused" || name == "unfused" {
-        return Ok(Tuning {
-            resident_fused: name == "fused",
-            ..Tuning::default()
-        });
-    }
-    // "kauto": the 16-row GEMV split over k by layout::rows_splits' rule; "k<n>" (2..=8):
-    // every 16-row launch split n ways (`Tuning::mma_split_k`).
-    if let Some(k) = name.strip_prefix('k')
-        && (k == "auto" || k.parse::<u32>().is_ok())
-    {
-        let t = Tuning {
-            mma_split_k: Some(if k == "auto" {
-                0
-            } else {
-                k.parse().unwrap_or(1)
-            }),
-            ..Tuning::default()
-        };
-        t.check()?;
-        return Ok(t);
-    }
     // "persist" / "nopersist" / "pauto": the 16-row GEMV at S <= 4 on the persistent grid
     // always / never / by layout::rows_persistent's rule; "persist<n>": always, at most n
     // blocks.
@@ -148,14 +120,6 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
         };
         t.check()?;
         return Ok(t);
-    }
-    // "persistw": always, the grid's shares whole tiles (no tile split between blocks).
-    if name == "persistw" {
-        return Ok(Tuning {
-            mma_persistent: Some(true),
-            mma_persist_whole: true,
-            ..Tuning::default()
-        });
     }
     if name == "nopersist" || name == "pauto" {
         return Ok(Tuning {
@@ -228,7 +192,9 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
     // w<warps>d<depth|x>b<min blocks|x>[u<stage bytes>][p<L2 prefetch bytes>][c]: the 16-row
     // tensor-core GEMV with these knobs (`x`: the source's default; `c`: contiguous k ranges).
     let bad = || {
-        format!("tuning {name}: expected default, rows, t..., or w<n>d<n|x>b<n|x>[u<n>][p<n>][c]")
+        format!(
+            "tuning {name}: expected default, rows, t..., or w<n>d<n|x>b<n|x>[u<n>][p<n>][c][g<diag>]"
+        )
     };
     let rest = name.strip_prefix('w').ok_or_else(bad)?;
     let mut t = Tuning {
@@ -257,6 +223,7 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             'u' => t.mma_stage = opt(v)?,
             'p' => t.mma_l2_prefetch = opt(v)?.unwrap_or(0),
             'c' if v.is_empty() => t.mma_contig = true,
+            'g' => t.diag = opt(v)?.unwrap_or(0),
             _ => return Err(bad()),
         }
     }

@@ -106,20 +106,6 @@ pub struct Tuning {
     /// runs it for S >= n wherever the tensor cores take the shape (`Some(0)`: never,
     /// the 16-row tensor-core GEMV instead). Benchmarks compare them.
     pub tiles_from_s: Option<u32>,
-    /// `gemv_launch_resident` on the 16-row tensor-core GEMV at S <= 4 splits the
-    /// activations inside the GEMV ([`Build::GemvMmaFused`]: each block into its shared
-    /// memory, where [`crate::layout::fused_split_smem`] admits the shape): one launch
-    /// instead of `tile_prep` + GEMV. Default `false`: on the H200 every block's prologue
-    /// (all of x from L2, split, two barriers) cost more than the launch it saves, in the
-    /// engine's step and on the large grids (figures: docs/CUDA.md, session 5 round 2).
-    pub resident_fused: bool,
-    /// Split-K of the 16-row tensor-core GEMV ([`Build::GemvMmaSplit`], gridDim.z =
-    /// splits, the last block of a row block sums the partials in z order): `None` runs
-    /// the unsplit kernel ([`Build::GemvMma`]); `Some(0)` splits by the rule of
-    /// [`crate::layout::rows_splits`]; `Some(n)`, n in 2..=8, splits every launch n ways
-    /// (benchmarks, tests); `Some(1)` is the same as `None`. Default `None`: on the H200
-    /// every split lost at S = 1 (figures: docs/CUDA.md, session 5 round 2).
-    pub mma_split_k: Option<u32>,
     /// Persistent schedule of the 16-row tensor-core GEMV at S <= 4
     /// ([`Build::GemvMmaPersist`]: a grid of at most the device's resident blocks, each
     /// walking an equal share of the launch's (16-row tile, round) units with its weight
@@ -133,10 +119,6 @@ pub struct Tuning {
     /// once (the occupancy the driver reports); n > 0 = at most n (tests use a few, so
     /// tiles are split between blocks). Never more than the launch's units.
     pub mma_persist_grid: u32,
-    /// The persistent grid's shares are whole tiles (`TS_MMA_PERSIST_WHOLE`: no tile split
-    /// between blocks, no partials; shares differ by up to one tile) instead of equal
-    /// shares of the (tile, round) units.
-    pub mma_persist_whole: bool,
     /// Warps of a tile-GEMV block (`TS_GEMM_WARPS`; 32 rows each).
     pub tile_warps: u32,
     /// Weight stages a tile-GEMV warp holds in registers (`TS_GEMM_WDEPTH`).
@@ -167,11 +149,8 @@ impl Default for Tuning {
             gemm_nt_f16: 4,
             gemm_stages: 4,
             tiles_from_s: None,
-            resident_fused: false,
-            mma_split_k: None,
             mma_persistent: None,
             mma_persist_grid: 0,
-            mma_persist_whole: false,
             tile_warps: 8,
             tile_depth: 2,
             tile_min_blocks: 2,
@@ -198,7 +177,6 @@ impl Tuning {
             && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
             && (2..=8).contains(&self.gemm_stages)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
-            && self.mma_split_k.is_none_or(|n| n <= 8)
             && self.mma_persist_grid <= 1 << 20
             && [2, 4, 8].contains(&self.tile_warps)
             && (1..=6).contains(&self.tile_depth)
@@ -229,18 +207,9 @@ pub enum Build {
     Gemv,
     /// The tensor-core GEMV (`-DTS_MMA=<chunk bytes>`), `gemv_mma_s<S>`.
     GemvMma(MmaKernel),
-    /// The tensor-core GEMV with the activation split in its prologue (`-DTS_MMA=<chunk
-    /// bytes> -DTS_FUSE_SPLIT`, S <= 4), `gemv_mma_s<S>`: takes x itself (f32, stored
-    /// domain) and splits it into each block's dynamic shared memory
-    /// ([`crate::layout::fused_split_smem`] bytes).
-    GemvMmaFused(MmaKernel),
-    /// The tensor-core GEMV split over k (`-DTS_MMA=<chunk bytes> -DTS_MMA_SPLITK`),
-    /// `gemv_mma_s<S>` with two more parameters (partials scratch, arrival counters),
-    /// launched with gridDim.z = splits ([`Tuning::mma_split_k`]).
-    GemvMmaSplit(MmaKernel),
     /// The tensor-core GEMV on a persistent grid (`-DTS_MMA=<chunk bytes> -DTS_MMA_PERSIST`,
-    /// S <= 4), `gemv_mma_s<S>` with the split-K build's two extra parameters (partials
-    /// scratch, per-tile arrival counters) ([`Tuning::mma_persistent`]).
+    /// S <= 4), `gemv_mma_s<S>` with two more parameters (partials scratch, per-tile
+    /// arrival counters) ([`Tuning::mma_persistent`]).
     GemvMmaPersist(MmaKernel),
     /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
     Gemm { mma: MmaKernel, parts: u32 },
@@ -282,12 +251,7 @@ impl ModuleKey {
     pub fn function_name(&self) -> String {
         match &self.build {
             Build::Gemv => format!("gemv_s{}", self.s),
-            Build::GemvMma(_)
-            | Build::GemvMmaFused(_)
-            | Build::GemvMmaSplit(_)
-            | Build::GemvMmaPersist(_) => {
-                format!("gemv_mma_s{}", self.s)
-            }
+            Build::GemvMma(_) | Build::GemvMmaPersist(_) => format!("gemv_mma_s{}", self.s),
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
             Build::GemvTiles { .. } => "gemm_p2".to_string(),
             Build::TilePrep { .. } => "tile_prep".to_string(),
@@ -308,21 +272,9 @@ impl ModuleKey {
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_S={}", self.s));
             }
-            Build::GemvMma(m)
-            | Build::GemvMmaFused(m)
-            | Build::GemvMmaSplit(m)
-            | Build::GemvMmaPersist(m) => {
-                if matches!(self.build, Build::GemvMmaFused(_)) {
-                    o.push("-DTS_FUSE_SPLIT".to_string());
-                }
-                if matches!(self.build, Build::GemvMmaSplit(_)) {
-                    o.push("-DTS_MMA_SPLITK".to_string());
-                }
+            Build::GemvMma(m) | Build::GemvMmaPersist(m) => {
                 if matches!(self.build, Build::GemvMmaPersist(_)) {
                     o.push("-DTS_MMA_PERSIST".to_string());
-                    if t.mma_persist_whole {
-                        o.push("-DTS_MMA_PERSIST_WHOLE".to_string());
-                    }
                 }
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
                 o.push(format!("-DTS_GS={}", self.kernel.group));

@@ -300,28 +300,11 @@ fn check_prepared_for(
 }
 
 impl CudaBackend {
-    /// Opens device 0, or says why there is none. `TESSERA_CUDA_RESIDENT_FUSED=1` (or `0`)
-    /// in the environment turns [`Tuning::resident_fused`] on (off) (engines measuring both
-    /// paths in one run; the results are the same). Likewise `TESSERA_CUDA_SPLIT_K=off`,
-    /// `auto` or `<n>` (2..=8) sets [`Tuning::mma_split_k`] to `None`, `Some(0)` (the rule)
-    /// or `Some(n)`; and `TESSERA_CUDA_PERSISTENT=on`, `off` or `auto` sets
-    /// [`Tuning::mma_persistent`] to `Some(true)`, `Some(false)` or `None` (the rule). Any
-    /// other value leaves the default.
+    /// Opens device 0, or says why there is none. `TESSERA_CUDA_PERSISTENT=on`, `off` or
+    /// `auto` in the environment sets [`Tuning::mma_persistent`] to `Some(true)`,
+    /// `Some(false)` or `None` (the rule; engines measuring both paths in one run, the
+    /// results are the same). Any other value leaves the default.
     pub fn new() -> Result<CudaBackend, CudaError> {
-        let resident_fused = match std::env::var("TESSERA_CUDA_RESIDENT_FUSED").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => Tuning::default().resident_fused,
-        };
-        let mma_split_k = match std::env::var("TESSERA_CUDA_SPLIT_K").as_deref() {
-            Ok("off") => None,
-            Ok("auto") => Some(0),
-            Ok(n) => match n.parse::<u32>() {
-                Ok(n) if (2..=8).contains(&n) => Some(n),
-                _ => Tuning::default().mma_split_k,
-            },
-            Err(_) => Tuning::default().mma_split_k,
-        };
         let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
             Ok("on") => Some(true),
             Ok("off") => Some(false),
@@ -331,8 +314,6 @@ impl CudaBackend {
         Self::open(
             None,
             Tuning {
-                resident_fused,
-                mma_split_k,
                 mma_persistent,
                 ..Tuning::default()
             },
@@ -431,8 +412,6 @@ impl CudaBackend {
     }
 
     fn key_tuned(&self, kernel: KernelId, build: Build, s: usize, tuning: &Tuning) -> ModuleKey {
-        // Compiled into the persistent build only.
-        let whole = matches!(build, Build::GemvMmaPersist(_)) && tuning.mma_persist_whole;
         ModuleKey {
             kernel,
             build,
@@ -442,11 +421,8 @@ impl CudaBackend {
             // A host-side choice between builds (the build says which): tunings that differ
             // only in it share their modules.
             tuning: Tuning {
-                resident_fused: Tuning::default().resident_fused,
-                mma_split_k: Tuning::default().mma_split_k,
                 mma_persistent: Tuning::default().mma_persistent,
                 mma_persist_grid: Tuning::default().mma_persist_grid,
-                mma_persist_whole: whole,
                 ..tuning.clone()
             },
         }
@@ -491,17 +467,6 @@ impl CudaBackend {
             )
             .map_err(CudaError::driver("raising the GEMM's shared memory limit"))?;
         }
-        if let Build::GemvMmaFused(_) = &key.build {
-            // The fused split's x may exceed the 48 KB a block gets without asking; launches
-            // stay within layout::fused_split_smem's cap.
-            f.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                layout::FUSED_SPLIT_MAX_SMEM as i32,
-            )
-            .map_err(CudaError::driver(
-                "raising the fused-split GEMV's shared memory limit",
-            ))?;
-        }
         map.insert(key, f.clone());
         Ok(f)
     }
@@ -535,7 +500,9 @@ impl CudaBackend {
                 if let Ok(cap) = caps::lookup(Op::Gemv, f, s) {
                     let mut builds = vec![(Build::Gemv, self.tuning.clone())];
                     for t in tunings {
-                        // The small-grid twin of the tuning (layout::rows_tuning), if any.
+                        // The stage the launch takes (layout::rows_stage), and its
+                        // small-grid twin (layout::rows_tuning), if any.
+                        let t = &*layout::rows_stage(t, cap.kernel, s);
                         let small = layout::rows_tuning(t, 1, s, self.sms);
                         for t in [t, &*small] {
                             builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t.clone())));
@@ -545,24 +512,6 @@ impl CudaBackend {
                                 let c = caps::rows_chunk(cap.kernel, m, s, 64);
                                 (t.mma_classes && c != m).then_some((Build::GemvMma(c), t.clone()))
                             }));
-                            // The split-K twins (built whenever the tuning may split).
-                            if t.mma_split_k.is_some_and(|n| n != 1) {
-                                builds.extend(cap.mma.map(|m| (Build::GemvMmaSplit(m), t.clone())));
-                                builds.extend(cap.mma.and_then(|m| {
-                                    let c = caps::rows_chunk(cap.kernel, m, s, 64);
-                                    (t.mma_classes && c != m)
-                                        .then_some((Build::GemvMmaSplit(c), t.clone()))
-                                }));
-                            }
-                            // The resident path's fused-split twins.
-                            if t.resident_fused && s <= 4 {
-                                builds.extend(cap.mma.map(|m| (Build::GemvMmaFused(m), t.clone())));
-                                builds.extend(cap.mma.and_then(|m| {
-                                    let c = caps::rows_chunk(cap.kernel, m, s, 64);
-                                    (t.mma_classes && c != m)
-                                        .then_some((Build::GemvMmaFused(c), t.clone()))
-                                }));
-                            }
                         }
                         // The persistent twins, built whenever the tuning may use them (the
                         // rule takes only 8-bit codes); the persistent launch keeps the
@@ -881,19 +830,6 @@ impl CudaBackend {
         };
         {
             let blocks = layout::mma_grid_blocks(w.rows)?;
-            let kblocks = layout::mma_kblocks(kernel.fmt, m.chunk_bytes, sh.row_bytes as usize);
-            let splits = layout::rows_splits(
-                tuning,
-                caps::nibble_codes(kernel.fmt),
-                blocks,
-                tuning.mma_warps,
-                kblocks,
-                s,
-                self.sms,
-            );
-            if splits > 1 {
-                return self.launch_rows_split(w, kernel, m, (xh, xa), s, y, tuning, splits);
-            }
             if layout::rows_persistent(
                 tuning,
                 s,
@@ -903,8 +839,10 @@ impl CudaBackend {
             ) {
                 return self.launch_rows_persist(w, kernel, m, (xh, xa), s, y, tuning);
             }
-            // Small grids: wider blocks (layout::rows_tuning).
-            let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
+            // int4-g64 at S = 1: 16-byte stages (layout::rows_stage); small grids: wider
+            // blocks (layout::rows_tuning).
+            let staged = layout::rows_stage(tuning, kernel, s);
+            let tuning = layout::rows_tuning(&staged, blocks, s, self.sms);
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;
             let cfg = LaunchConfig {
                 grid_dim: (blocks, 1, 1),
@@ -933,61 +871,6 @@ impl CudaBackend {
             unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the GEMV"))?;
         }
         Ok(())
-    }
-
-    /// The 16-row GEMV split over k ([`Build::GemvMmaSplit`]): `splits` blocks a row block
-    /// (gridDim.z), each writing its partial to the split-K scratch the tile GEMV uses; the
-    /// last of a row block to finish sums them in z order into `y` (gemv.cu
-    /// `TS_MMA_SPLITK`). The block shape and PDL rules are those of the whole grid.
-    #[allow(clippy::too_many_arguments)]
-    fn launch_rows_split(
-        &self,
-        w: &DeviceTensor,
-        kernel: KernelId,
-        m: caps::MmaKernel,
-        (xh, xa): (&CudaSlice<u16>, &CudaSlice<f32>),
-        s: usize,
-        y: &mut CudaViewMut<'_, f32>,
-        tuning: &Tuning,
-        splits: usize,
-    ) -> Result<(), CudaError> {
-        let shape_err = |what: String| CudaError::Shape {
-            format: w.format,
-            what,
-        };
-        let blocks = layout::mma_grid_blocks(w.rows)?;
-        let z = u32::try_from(splits)
-            .ok()
-            .filter(|z| (1..=64).contains(z))
-            .ok_or_else(|| shape_err(format!("{splits} splits")))?;
-        let total = blocks
-            .checked_mul(z)
-            .ok_or_else(|| shape_err(format!("{blocks} x {z} blocks")))?;
-        let tuning = layout::rows_tuning(tuning, total, s, self.sms);
-        let f = self.function_of(self.key_tuned(kernel, Build::GemvMmaSplit(m), s, &tuning))?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, z),
-            block_dim: (32 * tuning.mma_warps, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        let need = splits
-            .checked_mul(s)
-            .and_then(|v| v.checked_mul(w.rows))
-            .ok_or_else(|| shape_err("split-K scratch overflows".into()))?;
-        scratch.ensure(&self.stream, need, blocks as usize)?;
-        let SplitScratch { partials, counters } = &mut *scratch;
-        let pdl = tuning.pdl && layout::pdl_pays(total, self.sms);
-        self.launch_rows_scratch(
-            &f,
-            cfg,
-            w,
-            (xh, xa),
-            y,
-            (partials, counters),
-            pdl,
-            "launching the split-K GEMV",
-        )
     }
 
     /// The persistent 16-row GEMV ([`Build::GemvMmaPersist`], S <= 4): a grid of at most the
@@ -1045,7 +928,6 @@ impl CudaBackend {
             tuning.mma_warps,
             stage.max(1) as usize,
             max_grid,
-            tuning.mma_persist_whole,
         );
         if i32::try_from(plan.units).is_err() {
             return Err(shape_err(format!("{} persistent units", plan.units)));
@@ -1076,8 +958,8 @@ impl CudaBackend {
         )
     }
 
-    /// The launch of a 16-row GEMV build with the split-K scratch parameters (split-K,
-    /// persistent): programmatic or plain.
+    /// The launch of the persistent 16-row GEMV build, with its scratch parameters:
+    /// programmatic or plain.
     #[allow(clippy::too_many_arguments)]
     fn launch_rows_scratch(
         &self,
@@ -1118,10 +1000,10 @@ impl CudaBackend {
                 (&raw mut pc).cast(),
             ];
             // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter
-            // types under -DTS_MMA_SPLITK or -DTS_MMA_PERSIST (u8*, u8*, u16*, f32*, f32*,
-            // i64, i32, i32, i32, f32*, u32*), alive across the call; the buffers are those
-            // `launch_rows` documents, plus `partials` (at least parts x S x rows floats: the
-            // splits, or the persistent plan's `max_parts`) and `counters` (one zeroed word
+            // types under -DTS_MMA_PERSIST (u8*, u8*, u16*, f32*, f32*, i64, i32, i32, i32,
+            // f32*, u32*), alive across the call; the buffers are those `launch_rows`
+            // documents, plus `partials` (at least the persistent plan's `max_parts` x S x
+            // rows floats) and `counters` (one zeroed word
             // per 16-row tile, reset by each launch's last block of the tile), grown by the
             // callers; the kernel waits (`griddepcontrol.wait`) before it touches y, the
             // activations or the scratch; the device-pointer guards outlive the enqueue.
@@ -1140,86 +1022,6 @@ impl CudaBackend {
                 .arg(partials)
                 .arg(counters);
             // SAFETY: the same parameter list and buffers as the programmatic launch above.
-            unsafe { b.launch(cfg) }.map_err(CudaError::driver(during))?;
-            Ok(())
-        }
-    }
-
-    /// The resident 16-row GEMV with the split in its prologue ([`Build::GemvMmaFused`]):
-    /// one launch reading `x` ([S, x_stride] f32, stored domain) itself; each block splits
-    /// it into `smem` bytes of dynamic shared memory ([`layout::fused_split_smem`]). The
-    /// same chunk, block shape and PDL rules as [`CudaBackend::launch_rows`].
-    #[allow(clippy::too_many_arguments)]
-    fn launch_rows_fused(
-        &self,
-        w: &DeviceTensor,
-        kernel: KernelId,
-        m: caps::MmaKernel,
-        x: &CudaView<'_, f32>,
-        smem: usize,
-        s: usize,
-        y: &mut CudaViewMut<'_, f32>,
-        tuning: &Tuning,
-    ) -> Result<(), CudaError> {
-        let sh = w.shape;
-        let m = if tuning.mma_classes {
-            caps::rows_chunk(kernel, m, s, sh.row_bytes as usize)
-        } else {
-            m
-        };
-        let blocks = layout::mma_grid_blocks(w.rows)?;
-        let tuning = layout::rows_tuning(tuning, blocks, s, self.sms);
-        let f = self.function_of(self.key_tuned(kernel, Build::GemvMmaFused(m), s, &tuning))?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (32 * tuning.mma_warps, 1, 1),
-            shared_mem_bytes: u32::try_from(smem).map_err(|_| CudaError::Shape {
-                format: w.format,
-                what: format!("fused split of {smem} bytes"),
-            })?,
-        };
-        let st = &self.stream;
-        let during = "launching the fused-split GEMV";
-        if tuning.pdl && layout::pdl_pays(cfg.grid_dim.0, self.sms) {
-            let (pw, _gw) = w.weights.device_ptr(st);
-            let (ps, _gs) = w.scales.device_ptr(st);
-            let (px, _gx) = x.device_ptr(st);
-            let (py, _gy) = y.device_ptr(st);
-            // The kernel ignores its xa argument in this build; x's address stands in for it.
-            let (mut pw, mut ps, mut px, mut pa, mut py) = (pw, ps, px, px, py);
-            let (mut rb, mut rows, mut xs, mut scr) =
-                (sh.row_bytes, sh.rows, sh.x_stride, sh.sc_row);
-            let mut params: [*mut std::ffi::c_void; 9] = [
-                (&raw mut pw).cast(),
-                (&raw mut ps).cast(),
-                (&raw mut px).cast(),
-                (&raw mut pa).cast(),
-                (&raw mut py).cast(),
-                (&raw mut rb).cast(),
-                (&raw mut rows).cast(),
-                (&raw mut xs).cast(),
-                (&raw mut scr).cast(),
-            ];
-            // SAFETY: `params` point at locals of exactly gemv.cu's gemv_mma_s<S> parameter
-            // types (u8*, u8*, u8*, f32*, f32*, i64, i32, i32, i32), alive across the call;
-            // under -DTS_FUSE_SPLIT the kernel reads S x_stride floats of x (the caller
-            // checked x holds them) after `griddepcontrol.wait`, never its xa, and writes
-            // S rows outputs of y (checked likewise); `smem` is within the function's raised
-            // limit (function_of); the device-pointer guards outlive the enqueue.
-            unsafe { self.launch_pdl(&f, cfg, &mut params) }.map_err(CudaError::driver(during))
-        } else {
-            let mut b = st.launch_builder(&f);
-            b.arg(&w.weights)
-                .arg(&w.scales)
-                .arg(x)
-                .arg(x)
-                .arg(y)
-                .arg(&sh.row_bytes)
-                .arg(&sh.rows)
-                .arg(&sh.x_stride)
-                .arg(&sh.sc_row);
-            // SAFETY: the same parameter list and buffers as the programmatic launch above
-            // (x twice: the build reads it as xh and ignores xa).
             unsafe { b.launch(cfg) }.map_err(CudaError::driver(during))?;
             Ok(())
         }
@@ -1517,12 +1319,6 @@ impl CudaBackend {
                 x.len(),
                 y.len()
             )));
-        }
-        if !tiles_kernel
-            && tuning.resident_fused
-            && let Some(smem) = layout::fused_split_smem(s, xs)
-        {
-            return self.launch_rows_fused(w, kernel, m, x, smem, s, y, tuning);
         }
         let nibbles = caps::nibble_codes(kernel.fmt);
         let l = layout::gemv_tiles(m.chunk_bytes, nibbles, s);

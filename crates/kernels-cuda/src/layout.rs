@@ -12,6 +12,7 @@
 //! with quant-core's own FWHT (the same transform `api::rotate_activations` applies), before
 //! the upload, so the kernels never see a rotation.
 
+use crate::caps::KernelId;
 use crate::compile::Tuning;
 use crate::error::CudaError;
 use quant_core::{Format, Rotation};
@@ -107,6 +108,32 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
 /// (ceil(x_stride / PREP_COLS), padded S).
 pub const PREP_COLS: usize = 2048;
 
+/// The 16-row GEMV's stage for `kernel` at batch `s` (`Tuning::mma_stage`, gemv.cu
+/// `TS_MMA_STAGE`): `tuning` itself where it names a stage or takes the format's own chunk
+/// (no group classes), else, for int4-g64 at S = 1 (group classes: 16-byte chunks over two
+/// groups), 16-byte stages: one k-block a stage instead of two, which keeps that build
+/// under its register cap (with 32-byte stages it spills). Measured on the H200 (session
+/// 7, docs/CUDA.md "Measured, session 7", queued us, default -> 16-byte stages):
+/// [6144 x 16384] 22.4 -> 21.1, [4096 x 14336] 15.8 -> 14.8, [14336 x 4096] 16.1 -> 15.1,
+/// [28672 x 4096] 26.5 -> 25.2, [6144 x 4096] 8.1 -> 7.1, [4096 x 4096] 7.5 -> 6.7; the
+/// other formats did not gain everywhere (int4-row lost 5.8 us on [6144 x 16384], mq4,
+/// fp8 and int8-row lost), so they keep 32.
+pub fn rows_stage(tuning: &Tuning, kernel: KernelId, s: usize) -> std::borrow::Cow<'_, Tuning> {
+    if tuning.mma_stage.is_none()
+        && tuning.mma_classes
+        && s == 1
+        && kernel.fmt == crate::caps::fmt_id::INT4_G
+        && kernel.group == 64
+    {
+        std::borrow::Cow::Owned(Tuning {
+            mma_stage: Some(16),
+            ..tuning.clone()
+        })
+    } else {
+        std::borrow::Cow::Borrowed(tuning)
+    }
+}
+
 /// The tuning the 16-row GEMV of `blocks` blocks at batch `s` runs with on a device of
 /// `sms` SMs: `tuning` itself, or, where it asks for it (`Tuning::mma_small_grid_warps`)
 /// and the grid has at most two blocks a SM at S <= 4, that many warps a block with 2
@@ -136,58 +163,6 @@ pub fn rows_tuning(
     }
 }
 
-/// Splits over k of one 16-row tensor-core GEMV launch (gemv.cu `-DTS_MMA_SPLITK`) of
-/// `blocks` row blocks of `warps` warps, whose rows are `kblocks` k-blocks long, at batch
-/// `s`, for 4-bit codes when `nibbles`, on a device of `sms` SMs; 1 = unsplit.
-///
-/// `Tuning::mma_split_k`: `None` -> 1; `Some(n)`, n >= 1 -> n; `Some(0)` -> the rule: at
-/// S <= 4, 4-bit codes, a grid of at most one wave (3 blocks a SM, the S <= 4 register cap)
-/// whose warps each run at least 8 k-blocks (4 pipeline stages of two): the fewest splits
-/// (2..=4) that make at least two waves, but no more than leave each warp 4 k-blocks a
-/// split. The idea: a 4-bit warp runs only ~8 stages in one wave, so the wave's ramp and
-/// tail weigh twice what they do at 8 bits, and several waves of short blocks would overlap
-/// one block's tail with the next one's ramp. Measured on the H200 (docs/CUDA.md, session 5
-/// round 2, cuda3, with the figures): every split lost at S = 1, and this rule slowed the
-/// engine's decode step, so `None` stays the default.
-pub fn rows_splits(
-    tuning: &Tuning,
-    nibbles: bool,
-    blocks: u32,
-    warps: u32,
-    kblocks: usize,
-    s: usize,
-    sms: usize,
-) -> usize {
-    match tuning.mma_split_k {
-        None => 1,
-        Some(n) if n >= 1 => n as usize,
-        Some(_) => {
-            let b = blocks as usize;
-            let slots = 3 * sms.max(1);
-            let per_warp = kblocks / warps.max(1) as usize;
-            if s > 4 || !nibbles || b > slots || per_warp < 8 {
-                return 1;
-            }
-            let most = (per_warp / 4).min(4);
-            (2..=most)
-                .find(|&n| b * n >= 2 * slots)
-                .unwrap_or(most.max(1))
-        }
-    }
-}
-
-/// The k-blocks [lo, hi) split `z` of `n` takes of a row of `kblocks` k-blocks in the
-/// 16-row GEMV of `warps` warps a block (gemv.cu `mma_split_range`, its twin): per =
-/// ceil(kblocks / n) rounded up to a multiple of `warps`; splits past the end are empty.
-pub fn rows_split_range(kblocks: usize, warps: usize, z: usize, n: usize) -> (usize, usize) {
-    if n <= 1 {
-        return (0, kblocks);
-    }
-    let per = kblocks.div_ceil(n).div_ceil(warps.max(1)) * warps.max(1);
-    let lo = (z * per).min(kblocks);
-    (lo, (lo + per).min(kblocks))
-}
-
 /// The persistent 16-row GEMV's plan of one launch (gemv.cu `TS_MMA_PERSIST`, whose
 /// `persist_rounds` / `persist_lo` / `persist_block_of` these mirror): `rounds` units a
 /// 16-row tile (one stage of every warp of a block over the row), `units` = tiles x
@@ -197,58 +172,40 @@ pub struct PersistPlan {
     pub rounds: usize,
     pub units: usize,
     pub grid: u32,
-    /// Shares of whole tiles (`TS_MMA_PERSIST_WHOLE`): the grid's blocks take equal shares
-    /// of the tiles instead (`lo` / `block_of` then count tiles), so no tile is split.
-    pub whole: bool,
 }
 
 impl PersistPlan {
     /// The plan for `tiles` tiles of `kblocks` k-blocks, blocks of `warps` warps holding
-    /// `stage_kblocks` k-blocks a stage, on a grid of at most `max_grid` blocks (at least 1),
-    /// sharing units, or whole tiles with `whole`.
+    /// `stage_kblocks` k-blocks a stage, on a grid of at most `max_grid` blocks (at least 1).
     pub fn new(
         tiles: usize,
         kblocks: usize,
         warps: u32,
         stage_kblocks: usize,
         max_grid: u32,
-        whole: bool,
     ) -> PersistPlan {
         let stride = (warps as usize * stage_kblocks).max(1);
         let rounds = kblocks.div_ceil(stride).max(1);
         let units = tiles.saturating_mul(rounds);
-        let shared = if whole { tiles } else { units };
-        let grid = (max_grid.max(1) as usize).min(shared.max(1)) as u32;
+        let grid = (max_grid.max(1) as usize).min(units.max(1)) as u32;
         PersistPlan {
             rounds,
             units,
             grid,
-            whole,
-        }
-    }
-    /// What the shares count: tiles (whole) or units.
-    fn shared(&self) -> usize {
-        if self.whole {
-            self.units / self.rounds
-        } else {
-            self.units
         }
     }
     /// The first unit of block `b` (`persist_share`).
     pub fn lo(&self, b: usize) -> usize {
-        let lo = (b as u128 * self.shared() as u128 / u128::from(self.grid.max(1))) as usize;
-        if self.whole { lo * self.rounds } else { lo }
+        (b as u128 * self.units as u128 / u128::from(self.grid.max(1))) as usize
     }
     /// The block whose share holds unit `v` (`persist_block_of`).
     pub fn block_of(&self, v: usize) -> usize {
-        let v = if self.whole { v / self.rounds } else { v };
-        (((v as u128 + 1) * u128::from(self.grid) - 1) / self.shared().max(1) as u128) as usize
+        (((v as u128 + 1) * u128::from(self.grid) - 1) / self.units.max(1) as u128) as usize
     }
     /// Partial outputs a tile may need: every block holds at least one unit, so a tile of
-    /// `rounds` units has at most `rounds` parts (the scratch is [rounds, S, O]); whole
-    /// tiles need none (1 keeps the scratch non-empty).
+    /// `rounds` units has at most `rounds` parts (the scratch is [rounds, S, O]).
     pub fn max_parts(&self) -> usize {
-        if self.whole { 1 } else { self.rounds }
+        self.rounds
     }
 }
 
@@ -277,29 +234,6 @@ pub fn rows_persistent(tuning: &Tuning, s: usize, tiles: usize, nibbles: bool, s
                 && tiles <= 3 * slots
         }
     }
-}
-
-/// Largest dynamic shared memory of the fused-split 16-row GEMV ([`fused_split_smem`]):
-/// three 8-warp blocks a SM (the S <= 4 register cap) with their ~4 KB of static shared
-/// memory and the 1 KB the driver reserves a block still fit the H200's 228 KB a SM.
-pub const FUSED_SPLIT_MAX_SMEM: usize = 68 * 1024;
-// Three blocks with up to 8 KB of static and reserved shared memory each fit 228 KB a SM.
-const _: () = assert!(3 * (FUSED_SPLIT_MAX_SMEM + 8 * 1024) <= 228 * 1024);
-
-/// Dynamic shared memory bytes of the fused-split 16-row GEMV (gemv.cu `fuse_split`) at S =
-/// `s` on rows of stride `xs`: S xs f32 (x, then split in place), S floats 1/p, S xs / 128
-/// segment sums. `None` for S > 4 or beyond [`FUSED_SPLIT_MAX_SMEM`] (e.g. S = 2 at
-/// I = 16384): the resident launch then splits with `tile_prep` first.
-pub fn fused_split_smem(s: usize, xs: usize) -> Option<usize> {
-    if !(1..=4).contains(&s) {
-        return None;
-    }
-    let floats = s
-        .checked_mul(xs)?
-        .checked_add(s)?
-        .checked_add(s.checked_mul(xs / MMA_SUM_SEGMENT)?)?;
-    let bytes = floats.checked_mul(4)?;
-    (bytes <= FUSED_SPLIT_MAX_SMEM).then_some(bytes)
 }
 
 /// Whether the 16-row GEMV of `blocks` blocks takes a programmatic dependent launch on a
@@ -631,17 +565,6 @@ mod tests {
     }
 
     #[test]
-    fn fused_split_takes_s_up_to_4_within_three_blocks_a_sm() {
-        // S xs f32, S 1/p, S xs / 128 sums.
-        assert_eq!(fused_split_smem(1, 16384), Some(4 * (16384 + 1 + 128)));
-        assert_eq!(fused_split_smem(4, 4096), Some(4 * (4 * 4096 + 4 + 4 * 32)));
-        assert_eq!(fused_split_smem(2, 8192), Some(4 * (2 * 8192 + 2 + 2 * 64)));
-        for (s, xs) in [(1, 17408), (2, 9216), (4, 5120), (5, 1024), (0, 1024)] {
-            assert_eq!(fused_split_smem(s, xs), None, "S = {s}, xs = {xs}");
-        }
-    }
-
-    #[test]
     fn small_grids_at_small_s_take_wide_blocks() {
         let sms = 132;
         let d = Tuning::default();
@@ -811,45 +734,48 @@ mod tests {
     }
 
     #[test]
-    fn rows_split_ranges_cover_the_row_once_in_order() {
-        for (kb, warps, n) in [
-            (112, 8, 3),
-            (112, 8, 4),
-            (128, 8, 3),
-            (32, 12, 2),
-            (5, 8, 4),
-            (0, 8, 2),
-        ] {
-            let mut next = 0;
-            for z in 0..n {
-                let (lo, hi) = rows_split_range(kb, warps, z, n);
-                assert_eq!(lo, next.min(kb), "{kb} {warps} {n} {z}");
-                assert!(lo <= hi && hi <= kb);
-                next = hi;
-            }
-            assert_eq!(next, kb, "{kb} {warps} {n}");
-        }
-        assert_eq!(rows_split_range(112, 8, 0, 1), (0, 112));
+    fn int4_g64_takes_16_byte_stages_at_s1_only() {
+        let g64 = KernelId {
+            fmt: crate::caps::fmt_id::INT4_G,
+            group: 64,
+        };
+        let d = Tuning::default();
+        assert_eq!(rows_stage(&d, g64, 1).mma_stage, Some(16));
+        assert_eq!(rows_stage(&d, g64, 2).mma_stage, None);
+        let g128 = KernelId { group: 128, ..g64 };
+        assert_eq!(rows_stage(&d, g128, 1).mma_stage, None);
+        let row = KernelId {
+            fmt: crate::caps::fmt_id::INT4_ROW,
+            group: 0,
+        };
+        assert_eq!(rows_stage(&d, row, 1).mma_stage, None);
+        // A stage asked for, or the format's own chunk: as it is.
+        let forced = Tuning {
+            mma_stage: Some(32),
+            ..Tuning::default()
+        };
+        assert_eq!(*rows_stage(&forced, g64, 1), forced);
+        let own = Tuning {
+            mma_classes: false,
+            ..Tuning::default()
+        };
+        assert_eq!(*rows_stage(&own, g64, 1), own);
     }
 
     /// The persistent plan's shares cover every unit once, in order, each block at least
     /// one unit; `block_of` inverts `lo`; a tile touches at most `max_parts` blocks.
     #[test]
     fn persist_plan_shares_cover_the_units() {
-        for (tiles, kb, warps, u, cap, whole) in [
-            (384, 128, 8, 2, 396, false),
-            (256, 112, 8, 2, 396, false),
-            (1792, 32, 8, 2, 396, false),
-            (1792, 32, 8, 2, 396, true),
-            (384, 128, 8, 2, 396, true),
-            (3, 16, 2, 2, 5, false),
-            (3, 16, 2, 2, 5, true),
-            (9, 6, 12, 1, 7, false),
-            (1, 1, 8, 2, 396, false),
-            (2, 8, 1, 1, 100_000, false),
+        for (tiles, kb, warps, u, cap) in [
+            (384, 128, 8, 2, 396),
+            (256, 112, 8, 2, 396),
+            (1792, 32, 8, 2, 396),
+            (3, 16, 2, 2, 5),
+            (9, 6, 12, 1, 7),
+            (1, 1, 8, 2, 396),
+            (2, 8, 1, 1, 100_000),
         ] {
-            let p = PersistPlan::new(tiles, kb, warps, u, cap, whole);
-            assert!(p.grid as usize <= if whole { tiles } else { p.units });
+            let p = PersistPlan::new(tiles, kb, warps, u, cap);
             assert_eq!(p.rounds, kb.div_ceil(warps as usize * u).max(1));
             assert_eq!(p.units, tiles * p.rounds);
             assert!(p.grid as usize <= p.units && p.grid <= cap);
@@ -864,7 +790,6 @@ mod tests {
             for t in 0..tiles {
                 let parts = p.block_of(t * p.rounds + p.rounds - 1) - p.block_of(t * p.rounds) + 1;
                 assert!(parts <= p.max_parts());
-                assert!(!whole || parts == 1);
             }
         }
         let t = |p| Tuning {
@@ -894,27 +819,6 @@ mod tests {
             ..Tuning::default()
         };
         assert!(!rows_persistent(&wide, 1, 896, false, 132));
-    }
-
-    #[test]
-    fn rows_splits_follow_the_tuning_and_the_rule() {
-        let t = |k| Tuning {
-            mma_split_k: k,
-            ..Tuning::default()
-        };
-        // Off by default; forced counts as given.
-        assert_eq!(rows_splits(&t(None), true, 256, 8, 112, 1, 132), 1);
-        assert_eq!(rows_splits(&t(Some(3)), false, 2000, 8, 32, 16, 132), 3);
-        // The rule: [4096 x 14336] int4 (256 blocks, 112 k-blocks): 14 a warp, at most 3
-        // splits; [6144 x 16384] (384 blocks, 128): 3; I = 4096 rows (32) stay whole, as do
-        // 8-bit codes, S > 4 and grids of more than one wave.
-        let auto = t(Some(0));
-        assert_eq!(rows_splits(&auto, true, 256, 8, 112, 1, 132), 3);
-        assert_eq!(rows_splits(&auto, true, 384, 8, 128, 1, 132), 3);
-        assert_eq!(rows_splits(&auto, true, 384, 8, 32, 1, 132), 1);
-        assert_eq!(rows_splits(&auto, false, 384, 8, 128, 1, 132), 1);
-        assert_eq!(rows_splits(&auto, true, 384, 8, 128, 8, 132), 1);
-        assert_eq!(rows_splits(&auto, true, 1792, 8, 128, 1, 132), 1);
     }
 
     #[test]

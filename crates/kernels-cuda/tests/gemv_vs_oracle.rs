@@ -75,16 +75,6 @@ fn plain_rows(b: &CudaBackend) -> Tuning {
     }
 }
 
-/// The backend's tuning with the 16-row GEMV split over k `n` ways on every launch
-/// (`Tuning::mma_split_k`), with programmatic dependent launch or without.
-fn split_rows(b: &CudaBackend, n: u32, pdl: bool) -> Tuning {
-    Tuning {
-        mma_split_k: Some(n),
-        pdl,
-        ..b.tuning().clone()
-    }
-}
-
 /// The backend's tuning with the 16-row GEMV on the persistent grid at S <= 4
 /// (`Tuning::mma_persistent`), on the device's resident blocks (`grid` 0) or at most `grid`
 /// blocks (a few: tiles split between blocks), with programmatic dependent launch or
@@ -98,17 +88,9 @@ fn persist_rows(b: &CudaBackend, grid: u32, pdl: bool) -> Tuning {
     }
 }
 
-/// [`persist_rows`] with whole-tile shares (`Tuning::mma_persist_whole`), 2 blocks.
-fn persist_whole_rows(b: &CudaBackend) -> Tuning {
-    Tuning {
-        mma_persist_whole: true,
-        ..persist_rows(b, 2, true)
-    }
-}
-
 /// Compiles up front, on all cores, the GEMV builds `run` needs at `batches`: the
-/// backend's and `plain_rows`' everywhere, the split-K ones at S <= 4 (where `run` checks
-/// them: the split serves small S; it is off by default, docs/CUDA.md).
+/// backend's and `plain_rows`' everywhere, the persistent ones at S <= 4 (where `run`
+/// checks them: the persistent grid serves small S).
 fn warm_gemv(b: &CudaBackend, formats: &[Format], batches: &[usize]) {
     warm(|| b.prewarm_tuned(formats, batches, &[b.tuning().clone(), plain_rows(b)]));
     let small: Vec<usize> = batches.iter().copied().filter(|&s| s <= 4).collect();
@@ -116,13 +98,7 @@ fn warm_gemv(b: &CudaBackend, formats: &[Format], batches: &[usize]) {
         b.prewarm_tuned(
             formats,
             &small,
-            &[
-                split_rows(b, 2, true),
-                split_rows(b, 3, false),
-                persist_rows(b, 0, true),
-                persist_rows(b, 3, false),
-                persist_whole_rows(b),
-            ],
+            &[persist_rows(b, 0, true), persist_rows(b, 3, false)],
         )
     });
 }
@@ -190,22 +166,6 @@ fn run(
                     Ok(e) => worst = worst.max(e),
                     Err(msg) => failures.push(format!("{msg} (MmaRows, own chunk, plain launch)")),
                 }
-                // Split over k at S <= 4 (2 ways with PDL, 3 with a plain launch; on the
-                // suite's short rows some splits are empty): partials, last-block reduction,
-                // scratch reuse.
-                let splits: &[(u32, bool)] = if s <= 4 {
-                    &[(2, true), (3, false)]
-                } else {
-                    &[]
-                };
-                for &(n, pdl) in splits {
-                    let y = gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &split_rows(b, n, pdl))
-                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
-                    match check(&t, &x, s, &y) {
-                        Ok(e) => worst = worst.max(e),
-                        Err(msg) => failures.push(format!("{msg} (MmaRows, split-K {n})")),
-                    }
-                }
                 // The persistent grid at S <= 4: the device's resident blocks with PDL, and 3
                 // blocks with a plain launch (tiles split between blocks: partials, arrival
                 // counters, their reuse by the next launch).
@@ -221,16 +181,6 @@ fn run(
                     match check(&t, &x, s, &y) {
                         Ok(e) => worst = worst.max(e),
                         Err(msg) => failures.push(format!("{msg} (MmaRows, persistent grid {g})")),
-                    }
-                }
-                if s <= 4 {
-                    let y = gemv_tuned(b, &dt, &x, s, KernelPath::MmaRows, &persist_whole_rows(b))
-                        .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
-                    match check(&t, &x, s, &y) {
-                        Ok(e) => worst = worst.max(e),
-                        Err(msg) => {
-                            failures.push(format!("{msg} (MmaRows, persistent, whole tiles)"))
-                        }
                     }
                 }
             }
@@ -270,33 +220,17 @@ fn every_format_matches_the_oracle() {
 
 /// `gemv_launch_resident` (activations already on the device, in the stored domain: the
 /// engine's decode path) against the oracle, for every format at S = 1, 2, 4 and 16: on the
-/// tensor-core shapes at S <= 4 once with the 16-row GEMV splitting x in its own prologue
-/// (`Tuning::resident_fused`, opt-in) and once without (`tile_prep`, then the GEMV, the
-/// default); at S = 16 `tile_prep` prepares the layout of the kernel `Auto` picks; elsewhere
-/// it runs the CUDA-core kernel.
+/// tensor-core shapes `tile_prep`, then the GEMV `Auto` picks (at S <= 4 once more with the
+/// 16-row GEMV on a persistent grid of 5 blocks); elsewhere the CUDA-core kernel.
 #[test]
 fn resident_launch_matches_the_oracle() {
     let Some(b) = backend() else { return };
     let seed = run_seed();
     println!("seed {seed}");
     let batches = [1, 2, 4, 16];
-    let fused = Tuning {
-        resident_fused: true,
-        ..b.tuning().clone()
-    };
-    let unfused = Tuning {
-        resident_fused: false,
-        ..b.tuning().clone()
-    };
-    // tile_prep, then the 16-row GEMV split over k (3 ways, PDL), at S <= 4.
-    let split = Tuning {
-        resident_fused: false,
-        mma_split_k: Some(3),
-        ..b.tuning().clone()
-    };
+    let default = b.tuning().clone();
     // tile_prep, then the 16-row GEMV on a persistent grid of 5 blocks, at S <= 4.
     let persist = Tuning {
-        resident_fused: false,
         mma_persistent: Some(true),
         mma_persist_grid: 5,
         ..b.tuning().clone()
@@ -305,12 +239,7 @@ fn resident_launch_matches_the_oracle() {
         b.prewarm_tuned(
             &formats_under_test(),
             &batches,
-            &[
-                fused.clone(),
-                unfused.clone(),
-                split.clone(),
-                persist.clone(),
-            ],
+            &[default.clone(), persist.clone()],
         )
     });
     let mut failures = Vec::new();
@@ -335,14 +264,9 @@ fn resident_launch_matches_the_oracle() {
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
                 let xd = b.stream().clone_htod(&xp).expect("upload x");
-                for (name, tuning) in [
-                    ("fused", &fused),
-                    ("tile_prep", &unfused),
-                    ("split-K", &split),
-                    ("persistent", &persist),
-                ] {
-                    if name != "fused" && s > 4 {
-                        continue; // S > 4 never fuses: the first pass ran this path
+                for (name, tuning) in [("default", &default), ("persistent", &persist)] {
+                    if name != "default" && s > 4 {
+                        continue; // the persistent grid serves S <= 4
                     }
                     let mut y = b.poisoned_output(&dt, s).expect("output");
                     b.gemv_launch_resident_tuned(

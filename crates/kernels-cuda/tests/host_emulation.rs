@@ -91,9 +91,6 @@ type EmuGemmFn = unsafe extern "C" fn(
 ) -> i32;
 
 struct Emulator {
-    /// Built with `TS_FUSE_SPLIT`: the tensor-core GEMV takes x itself (S <= 4) and the
-    /// harness splits it as the fused kernel's blocks do.
-    fused: bool,
     _lib: libloading::Library,
     f: EmuFn,
     mma: EmuMmaFn,
@@ -173,7 +170,6 @@ impl Emulator {
                 .expect("ts_emu_gemm symbol")
         };
         Some(Emulator {
-            fused: defines.contains(&"TS_FUSE_SPLIT"),
             _lib: lib,
             f,
             mma,
@@ -240,23 +236,8 @@ impl Emulator {
         let xs = sh.x_stride as usize;
         let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
             .expect("activations");
-        let (xh, xa) = if self.fused {
-            if s > 4 {
-                return None;
-            }
-            // x itself, as the halves' bytes (the fused build splits it).
-            let bits: Vec<u16> = xp
-                .iter()
-                .flat_map(|v| {
-                    let b = v.to_bits();
-                    [(b & 0xFFFF) as u16, (b >> 16) as u16]
-                })
-                .collect();
-            (bits, vec![0f32; s])
-        } else {
-            layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
-                .expect("split")
-        };
+        let (xh, xa) = layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
+            .expect("split");
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
@@ -378,17 +359,6 @@ fn every_format_matches_the_oracle_with_12_warps() {
     every_format_matches_the_oracle_with("warps12", &["TS_MMA_WARPS=12"]);
 }
 
-/// The 16-row tensor-core GEMV split over k (`Build::GemvMmaSplit`,
-/// `Tuning::mma_split_k`): each row block's k-blocks in 2, 3 or 4 splits (`mma_split_range`;
-/// on these short rows some splits are empty), each partial stored, then summed in z order
-/// as the kernel's last block does; 3 also with 12-warp blocks.
-#[test]
-fn every_format_matches_the_oracle_split_over_k() {
-    every_format_matches_the_oracle_with("splitk2", &["TS_EMU_SPLITK=2"]);
-    every_format_matches_the_oracle_with("splitk3w12", &["TS_EMU_SPLITK=3", "TS_MMA_WARPS=12"]);
-    every_format_matches_the_oracle_with("splitk4", &["TS_EMU_SPLITK=4"]);
-}
-
 /// The persistent 16-row GEMV (`Build::GemvMmaPersist`, `Tuning::mma_persistent`, S <= 4):
 /// grids of 3, 5 and 7 blocks walking equal shares of the (tile, round) units, so tiles are
 /// split between blocks (partials summed in part order) and blocks span tiles (the warps'
@@ -410,20 +380,6 @@ fn every_format_matches_the_oracle_persistent() {
         ],
     );
     every_format_matches_the_oracle_with("persistall", &["TS_EMU_PERSIST=100000"]);
-    // Whole-tile shares (`Tuning::mma_persist_whole`): blocks of 1-2 tiles, never split.
-    every_format_matches_the_oracle_with(
-        "persist2whole",
-        &["TS_EMU_PERSIST=2", "TS_MMA_WARPS=2", "TS_MMA_PERSIST_WHOLE"],
-    );
-}
-
-/// The resident path's fused split (`Build::GemvMmaFused`, S <= 4): x split by the kernel
-/// source's own `split_p` / `fuse_split_group` into the interleaved layout its x loads read
-/// (`x_group`), with and without 12 warps.
-#[test]
-fn every_format_matches_the_oracle_with_the_fused_split() {
-    every_format_matches_the_oracle_with("fused", &["TS_FUSE_SPLIT"]);
-    every_format_matches_the_oracle_with("fused12", &["TS_FUSE_SPLIT", "TS_MMA_WARPS=12"]);
 }
 
 fn every_format_matches_the_oracle_with(tag: &str, defines: &[&str]) {

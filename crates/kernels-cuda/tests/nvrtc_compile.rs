@@ -28,26 +28,12 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                         let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
                         (w != m).then_some(Build::GemvMma(w))
                     }));
-                    // The split-K twins of the 16-row GEMV, both chunks.
-                    b.extend(c.mma.map(Build::GemvMmaSplit));
-                    b.extend(c.mma.and_then(|m| {
-                        let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
-                        (w != m).then_some(Build::GemvMmaSplit(w))
-                    }));
                     // The persistent twins (S <= 4), both chunks.
                     if s <= 4 {
                         b.extend(c.mma.map(Build::GemvMmaPersist));
                         b.extend(c.mma.and_then(|m| {
                             let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
                             (w != m).then_some(Build::GemvMmaPersist(w))
-                        }));
-                    }
-                    // The resident path's fused-split twins (S <= 4), both chunks.
-                    if s <= 4 {
-                        b.extend(c.mma.map(Build::GemvMmaFused));
-                        b.extend(c.mma.and_then(|m| {
-                            let w = kernels_cuda::caps::rows_chunk(c.kernel, m, s, 64);
-                            (w != m).then_some(Build::GemvMmaFused(w))
                         }));
                     }
                     // The split-K tile GEMV at this S's n8 tiles (its key has s = 0).
@@ -151,8 +137,6 @@ fn every_build_compiles_for_sm90() {
             let tag = match &key.build {
                 Build::Gemv => String::new(),
                 Build::GemvMma(m) => format!("_mma{}", m.chunk_bytes),
-                Build::GemvMmaFused(m) => format!("_mmafused{}", m.chunk_bytes),
-                Build::GemvMmaSplit(m) => format!("_mmasplit{}", m.chunk_bytes),
                 Build::GemvMmaPersist(m) => format!("_mmapersist{}", m.chunk_bytes),
                 Build::Gemm { mma, parts } => format!("_gemm{}_p{parts}", mma.chunk_bytes),
                 Build::GemvTiles { mma, nt } => format!("_tiles{}_nt{nt}", mma.chunk_bytes),

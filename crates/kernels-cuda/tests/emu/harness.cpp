@@ -104,13 +104,6 @@ extern "C" int ts_emu_gemv(int fmt, int gs, int S, const u8* w, i64 wlen, const 
 
 // ---- the tensor-core kernel: each block's warps in turn, each warp's 32 lanes at once ----
 
-// -DTS_EMU_SPLITK=<n> runs the split-K build's schedule (gemv.cu TS_MMA_SPLITK): each row
-// block's k-blocks in n splits (`mma_split_range`), each split's partial stored by
-// `mma_store` into its own [S, O] slice, then summed in z order into y, as the kernel's last
-// block does.
-#ifndef TS_EMU_SPLITK
-#define TS_EMU_SPLITK 1
-#endif
 // -DTS_EMU_PERSIST=<G> runs the persistent build's schedule (gemv.cu TS_MMA_PERSIST) with a
 // grid of min(G, units) blocks: each block's warps walk the block's share of the (tile,
 // round) units (`mma_walk`, the kernel's own walk and ring), the block's warps' partials are
@@ -126,11 +119,7 @@ static void run_mma_persist(const MArgs& a, float* y) {
     const int rs = persist_rounds(mma_kblocks<FMT, CBT>(a), TS_MMA_WARPS, TS_MMA_STAGE / CBT);
     const int tiles = (a.O + 15) / 16;
     const i64 n = (i64)tiles * rs;
-#ifdef TS_MMA_PERSIST_WHOLE
-    const int g = tiles < TS_EMU_PERSIST ? tiles : TS_EMU_PERSIST;
-#else
     const int g = (int)(n < TS_EMU_PERSIST ? n : TS_EMU_PERSIST);
-#endif
     float* ws = (float*)std::calloc((size_t)rs * S * a.O, sizeof(float));
     int* cnt = (int*)std::calloc((size_t)tiles, sizeof(int));
     typedef float Tot[32][NT][4];
@@ -162,9 +151,6 @@ static void run_mma_persist(const MArgs& a, float* y) {
                 for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, 16 * tile, lane, tot[tile - tf][lane], y);
                 continue;
             }
-#ifdef TS_MMA_PERSIST_WHOLE
-            std::abort();  // whole-tile shares never split a tile
-#endif
             const int f = persist_block_of(t0, g, n), np = persist_block_of(t1 - 1, g, n) - f + 1;
             if (b - f < 0 || b - f >= np || np > rs) std::abort();
             for (int lane = 0; lane < 32; ++lane)
@@ -187,37 +173,23 @@ static void run_mma_persist(const MArgs& a, float* y) {
 
 template <int FMT, int GS, int CBT, int S>
 static void run_mma(const MArgs& a, float* y) {
-    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N, NZ = TS_EMU_SPLITK };
+    enum { NT = MmaShape<S>::NT, NCLS = MmaClasses<FMT, GS, CBT>::N };
     if constexpr (TS_EMU_PERSIST > 0 && S <= 4) {
         run_mma_persist<FMT, GS, CBT, S>(a, y);
         return;
     }
-    float* ws = NZ > 1 ? (float*)std::calloc((size_t)NZ * S * a.O, sizeof(float)) : nullptr;
     for (int r0 = 0; r0 < a.O; r0 += 16) {
-        for (int z = 0; z < NZ; ++z) {
-            float tot[32][NT][4] = {};
-            for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
-                float acc[32][NT][4];
-                mma_warp<FMT, GS, S, CBT, 32>(a, r0, warp, TS_MMA_WARPS, 0, acc, z, NZ);
-                for (int lane = 0; lane < 32; ++lane)
-                    for (int nt = 0; nt < NT; ++nt)
-                        for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
-            }
-            mma_class_sum<S, NCLS, 32>(tot);
-            float* dst = NZ > 1 ? ws + (i64)z * S * a.O : y;
-            for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, r0, lane, tot[lane], dst);
+        float tot[32][NT][4] = {};
+        for (int warp = 0; warp < TS_MMA_WARPS; ++warp) {
+            float acc[32][NT][4];
+            mma_warp<FMT, GS, S, CBT, 32>(a, r0, warp, TS_MMA_WARPS, 0, acc);
+            for (int lane = 0; lane < 32; ++lane)
+                for (int nt = 0; nt < NT; ++nt)
+                    for (int q = 0; q < 4; ++q) tot[lane][nt][q] += acc[lane][nt][q];
         }
-        if (NZ > 1) {
-            for (int k = 0; k < 16 * S; ++k) {
-                const int row = r0 + (k & 15), s = k >> 4;
-                if (row >= a.O) continue;
-                float v = 0.0f;
-                for (int z = 0; z < NZ; ++z) v += ws[((i64)z * S + s) * a.O + row];
-                y[(i64)s * a.O + row] = v;
-            }
-        }
+        mma_class_sum<S, NCLS, 32>(tot);
+        for (int lane = 0; lane < 32; ++lane) mma_store<FMT, S, NCLS>(a, r0, lane, tot[lane], y);
     }
-    std::free(ws);
 }
 
 // S = S_ when the build exists: group classes (MmaClasses) need 2 S N <= 8.
@@ -246,37 +218,7 @@ static int run_mma_s(int S, const MArgs& a, float* y) {
     }
 }
 
-#ifdef TS_FUSE_SPLIT
-// The fused split (gemv.cu `fuse_split`) as one device block runs it, in place on x ([S, xs]
-// f32 in `sm`): each row's p from its max |x| (`split_p`), each 8-column group split by
-// `fuse_split_group` (one "thread" each), and each 128-column segment's 16 group sums added
-// in the order of the device's half-warp butterfly (xor 8, 4, 2, 1; lane 0 keeps its value).
-static void emu_fuse_split(u8* sm, float* xa, int S, int xs, bool nib) {
-    float* smf = (float*)sm;
-    const int gpr = xs / 8, segs = xs / TS_SUM_SEG;
-    for (int s = 0; s < S; ++s) {
-        float mm = 0.0f;
-        for (int i = 0; i < xs; ++i) mm = std::fmax(mm, std::fabs(smf[(i64)s * xs + i]));
-        float p, inv;
-        split_p(mm, p, inv);
-        xa[s] = inv;
-        for (int seg = 0; seg < segs; ++seg) {
-            float t[16];
-            for (int l = 0; l < 16; ++l) t[l] = fuse_split_group(sm + 32 * ((i64)s * gpr + 16 * seg + l), p, nib);
-            for (int m = 8; m > 0; m >>= 1) {
-                float nt[16];
-                for (int l = 0; l < 16; ++l) nt[l] = t[l] + t[l ^ m];
-                for (int l = 0; l < 16; ++l) t[l] = nt[l];
-            }
-            xa[S + (i64)s * segs + seg] = t[0];
-        }
-    }
-}
-#endif
-
-// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 128] segment sums (layout.rs). Built
-// with -DTS_FUSE_SPLIT, xh carries x itself instead ([S, xs] f32: the same 2 S xs halves'
-// bytes) and xa is ignored: the harness splits x as the fused kernel's blocks do.
+// xh: [2S, xs] f16 bits; xa: [S] 1/p then [S, xs / 128] segment sums (layout.rs).
 // Returns 0, -1 for a (format, group, chunk) with no tensor-core build, -2 for an S not built.
 extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64 wlen, const u8* sc, i64 sclen,
                                const unsigned short* xh, i64 xhlen, const float* xa, i64 xalen, float* y, i64 rb,
@@ -285,20 +227,7 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
     a.w = (const u8*)aligned_copy(w, wlen);
     a.sc = (const u8*)aligned_copy(sc, sclen);
     a.xh = (const u8*)aligned_copy(xh, xhlen * 2);
-#ifdef TS_FUSE_SPLIT
-    (void)xa;
-    (void)xalen;
-    if (S > 4 || xhlen != 2 * (i64)S * xs) return -2;
-    {
-        float* fxa = (float*)std::malloc(4 * (size_t)(S + (i64)S * (xs / TS_SUM_SEG)));
-        const bool nib = fmt == TS_FMT_INT4_ROW || fmt == TS_FMT_INT4_G || fmt == TS_FMT_HFQ4 ||
-                         fmt == TS_FMT_MQ4_V2 || fmt == TS_FMT_MQ4C;
-        emu_fuse_split((u8*)a.xh, fxa, S, xs, nib);
-        a.xa = fxa;
-    }
-#else
     a.xa = (const float*)aligned_copy(xa, xalen * 4);
-#endif
     a.rb = rb;
     a.O = O;
     a.xs = xs;
