@@ -108,23 +108,38 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
 /// (ceil(x_stride / PREP_COLS), padded S).
 pub const PREP_COLS: usize = 2048;
 
-/// The 16-row GEMV's stage for `kernel` at batch `s` (`Tuning::mma_stage`, gemv.cu
-/// `TS_MMA_STAGE`): `tuning` itself where it names a stage or takes the format's own chunk
-/// (no group classes), else, for int4-g64 at S = 1 (group classes: 16-byte chunks over two
-/// groups), 16-byte stages: one k-block a stage instead of two, which keeps that build
-/// under its register cap (with 32-byte stages it spills). Measured on the H200 (session
-/// 7, docs/CUDA.md "Measured, session 7", queued us, default -> 16-byte stages):
-/// [6144 x 16384] 22.4 -> 21.1, [4096 x 14336] 15.8 -> 14.8, [14336 x 4096] 16.1 -> 15.1,
-/// [28672 x 4096] 26.5 -> 25.2, [6144 x 4096] 8.1 -> 7.1, [4096 x 4096] 7.5 -> 6.7; the
-/// other formats did not gain everywhere (int4-row lost 5.8 us on [6144 x 16384], mq4,
-/// fp8 and int8-row lost), so they keep 32.
-pub fn rows_stage(tuning: &Tuning, kernel: KernelId, s: usize) -> std::borrow::Cow<'_, Tuning> {
-    if tuning.mma_stage.is_none()
-        && tuning.mma_classes
-        && s == 1
-        && kernel.fmt == crate::caps::fmt_id::INT4_G
-        && kernel.group == 64
-    {
+/// The 16-row GEMV's stage for `kernel` at batch `s` on a grid of `blocks` blocks on a
+/// device of `sms` SMs (`Tuning::mma_stage`, gemv.cu `TS_MMA_STAGE`): `tuning` itself where
+/// it names a stage or takes the format's own chunk (no group classes); else 16-byte stages
+/// (one k-block a stage instead of two, the same ring depth: fewer registers) at S = 1 for
+/// - int4-g64 (group classes: 16-byte chunks over two groups) on every grid: its 32-byte
+///   build spills;
+/// - int4-row on grids that are not one wave of 3 blocks a SM (at most 2 blocks a SM, or
+///   more than 3): on a one-wave grid the lighter build lost, most likely as more of its
+///   blocks fit an SM and the wave spreads unevenly.
+///
+/// Measured on the H200 (session 7, docs/CUDA.md "Measured, session 7", queued us, 32 ->
+/// 16-byte stages): int4-g64 [6144 x 16384] 22.4 -> 21.1, [4096 x 14336] 15.8 -> 14.8,
+/// [14336 x 4096] 16.1 -> 15.1, [28672 x 4096] 26.5 -> 25.2, [6144 x 4096] 8.1 -> 7.1,
+/// [4096 x 4096] 7.5 -> 6.7; int4-row [4096 x 14336] 14.3 -> 13.5, [14336 x 4096] 15.1 ->
+/// 13.0, [28672 x 4096] 24.6 -> 22.3, [4096 x 4096] 7.0 -> 6.6, but the one-wave [6144 x
+/// 16384] 20.4 -> 26.2 and [6144 x 4096] 7.9 -> 8.5; mq4-g256-v2, fp8 and int8-row lost or
+/// tied, so they keep 32.
+pub fn rows_stage(
+    tuning: &Tuning,
+    kernel: KernelId,
+    s: usize,
+    blocks: u32,
+    sms: usize,
+) -> std::borrow::Cow<'_, Tuning> {
+    use crate::caps::fmt_id;
+    let one_wave = (blocks as usize) > 2 * sms && (blocks as usize) <= 3 * sms;
+    let takes = match kernel.fmt {
+        fmt_id::INT4_G => kernel.group == 64,
+        fmt_id::INT4_ROW => !one_wave,
+        _ => false,
+    };
+    if tuning.mma_stage.is_none() && tuning.mma_classes && s == 1 && takes {
         std::borrow::Cow::Owned(Tuning {
             mma_stage: Some(16),
             ..tuning.clone()
@@ -734,32 +749,50 @@ mod tests {
     }
 
     #[test]
-    fn int4_g64_takes_16_byte_stages_at_s1_only() {
+    fn int4_g64_and_int4_row_take_16_byte_stages_at_s1() {
         let g64 = KernelId {
             fmt: crate::caps::fmt_id::INT4_G,
             group: 64,
         };
-        let d = Tuning::default();
-        assert_eq!(rows_stage(&d, g64, 1).mma_stage, Some(16));
-        assert_eq!(rows_stage(&d, g64, 2).mma_stage, None);
-        let g128 = KernelId { group: 128, ..g64 };
-        assert_eq!(rows_stage(&d, g128, 1).mma_stage, None);
         let row = KernelId {
             fmt: crate::caps::fmt_id::INT4_ROW,
             group: 0,
         };
-        assert_eq!(rows_stage(&d, row, 1).mma_stage, None);
+        let stage = |t: &Tuning, k, s, blocks| rows_stage(t, k, s, blocks, 132).mma_stage;
+        let d = Tuning::default();
+        // int4-g64 on every grid, S = 1 only; other groups keep 32.
+        for blocks in [1, 256, 384, 896, 1792] {
+            assert_eq!(stage(&d, g64, 1, blocks), Some(16), "{blocks}");
+        }
+        assert_eq!(stage(&d, g64, 2, 384), None);
+        assert_eq!(stage(&d, KernelId { group: 128, ..g64 }, 1, 896), None);
+        // int4-row: not on one wave of 3 blocks a SM (265..=396 blocks on 132 SMs).
+        for (blocks, want) in [(256, Some(16)), (264, Some(16)), (265, None), (384, None)] {
+            assert_eq!(stage(&d, row, 1, blocks), want, "{blocks}");
+        }
+        for blocks in [396, 397, 896, 1792] {
+            assert_eq!(
+                stage(&d, row, 1, blocks),
+                (blocks > 396).then_some(16),
+                "{blocks}"
+            );
+        }
+        let mq4 = KernelId {
+            fmt: crate::caps::fmt_id::MQ4_V2,
+            group: 0,
+        };
+        assert_eq!(stage(&d, mq4, 1, 896), None);
         // A stage asked for, or the format's own chunk: as it is.
         let forced = Tuning {
             mma_stage: Some(32),
             ..Tuning::default()
         };
-        assert_eq!(*rows_stage(&forced, g64, 1), forced);
+        assert_eq!(*rows_stage(&forced, g64, 1, 384, 132), forced);
         let own = Tuning {
             mma_classes: false,
             ..Tuning::default()
         };
-        assert_eq!(*rows_stage(&own, g64, 1), own);
+        assert_eq!(*rows_stage(&own, g64, 1, 384, 132), own);
     }
 
     /// The persistent plan's shares cover every unit once, in order, each block at least
