@@ -843,7 +843,7 @@ impl CudaBackend {
             ) {
                 return self.launch_rows_persist(w, kernel, m, (xh, xa), s, y, tuning);
             }
-            // int4-g64 and int4-row at S = 1: 16-byte stages (layout::rows_stage); small
+            // int4-g64, int4-row, int4-g128 / g256 at S = 1: 16-byte stages (layout::rows_stage); small
             // grids: wider blocks (layout::rows_tuning).
             let staged = layout::rows_stage(tuning, kernel, s, blocks, self.sms);
             let tuning = layout::rows_tuning(&staged, blocks, s, self.sms);

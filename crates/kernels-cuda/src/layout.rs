@@ -114,9 +114,10 @@ pub const PREP_COLS: usize = 2048;
 /// (one k-block a stage instead of two, the same ring depth: fewer registers) at S = 1 for
 /// - int4-g64 (group classes: 16-byte chunks over two groups) on every grid: its 32-byte
 ///   build spills;
-/// - int4-row on grids that are not one wave of 3 blocks a SM (at most 2 blocks a SM, or
-///   more than 3): on a one-wave grid the lighter build lost, most likely as more of its
-///   blocks fit an SM and the wave spreads unevenly.
+/// - int4-row, int4-g128 and int4-g256 on grids that are not one wave of 3 blocks a SM (at
+///   most 2 blocks a SM, or more than 3): on a one-wave grid the lighter build lost (more
+///   of its blocks fit an SM and the wave spreads unevenly; capping it at 3 a SM recovered
+///   most, not all, of the loss).
 ///
 /// Measured on the H200 (session 7, docs/CUDA.md "Measured, session 7", queued us, 32 ->
 /// 16-byte stages): int4-g64 [6144 x 16384] 22.4 -> 21.1, [4096 x 14336] 15.8 -> 14.8,
@@ -124,7 +125,10 @@ pub const PREP_COLS: usize = 2048;
 /// [4096 x 4096] 7.5 -> 6.7; int4-row [4096 x 14336] 14.3 -> 13.5, [14336 x 4096] 15.1 ->
 /// 13.0, [28672 x 4096] 24.6 -> 22.3, [4096 x 4096] 7.0 -> 6.6, but the one-wave [6144 x
 /// 16384] 20.4 -> 26.2 and [6144 x 4096] 7.9 -> 8.5; mq4-g256-v2, fp8 and int8-row lost or
-/// tied, so they keep 32.
+/// tied, so they keep 32. int4-g128 / int4-g256 (session 7, call 9): [4096 x 14336] 15.0 ->
+/// 14.5 / 15.1 -> 14.2, [14336 x 4096] 15.1 -> 13.2 / 15.3 -> 13.4, [28672 x 4096] 24.2 ->
+/// 22.8 / 25.2 -> 23.3, [4096 x 4096] 7.1 -> 6.7 / 7.1 -> 6.5, one-wave [6144 x 16384]
+/// 21.4 -> 27.6 / 21.9 -> 27.8; int4-g32 gained nowhere clearly and keeps 32.
 pub fn rows_stage(
     tuning: &Tuning,
     kernel: KernelId,
@@ -135,7 +139,11 @@ pub fn rows_stage(
     use crate::caps::fmt_id;
     let one_wave = (blocks as usize) > 2 * sms && (blocks as usize) <= 3 * sms;
     let takes = match kernel.fmt {
-        fmt_id::INT4_G => kernel.group == 64,
+        fmt_id::INT4_G => match kernel.group {
+            64 => true,
+            128 | 256 => !one_wave,
+            _ => false,
+        },
         fmt_id::INT4_ROW => !one_wave,
         _ => false,
     };
@@ -765,7 +773,13 @@ mod tests {
             assert_eq!(stage(&d, g64, 1, blocks), Some(16), "{blocks}");
         }
         assert_eq!(stage(&d, g64, 2, 384), None);
-        assert_eq!(stage(&d, KernelId { group: 128, ..g64 }, 1, 896), None);
+        // int4-g128 / g256 as int4-row; int4-g32 keeps 32.
+        for group in [128, 256] {
+            let g = KernelId { group, ..g64 };
+            assert_eq!(stage(&d, g, 1, 896), Some(16), "g{group}");
+            assert_eq!(stage(&d, g, 1, 384), None, "g{group}");
+        }
+        assert_eq!(stage(&d, KernelId { group: 32, ..g64 }, 1, 896), None);
         // int4-row: not on one wave of 3 blocks a SM (265..=396 blocks on 132 SMs).
         for (blocks, want) in [(256, Some(16)), (264, Some(16)), (265, None), (384, None)] {
             assert_eq!(stage(&d, row, 1, blocks), want, "{blocks}");
