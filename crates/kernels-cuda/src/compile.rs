@@ -68,7 +68,8 @@ pub struct Tuning {
     /// (`TS_MMA_CHAINS`, 1 or 2); `None`: the source's default per S.
     pub mma_chains: Option<u32>,
     /// Bytes of a row in one pipeline stage of a tensor-core GEMV lane (`TS_MMA_STAGE`,
-    /// 16, 32 or 64); `None`: the source's default (32).
+    /// 16, 32 or 64); `None`: the 16-row GEMV's rule ([`crate::layout::rows_stage`]: 16
+    /// for some 4-bit formats at S = 1), else the source's default (32).
     pub mma_stage: Option<u32>,
     /// Each warp of a tensor-core GEMV block takes one contiguous range of the row's
     /// k-blocks (`TS_MMA_CONTIG`) instead of every `mma_warps`-th one.

@@ -843,8 +843,8 @@ impl CudaBackend {
             ) {
                 return self.launch_rows_persist(w, kernel, m, (xh, xa), s, y, tuning);
             }
-            // int4-g64, int4-row, int4-g128 / g256 at S = 1: 16-byte stages (layout::rows_stage); small
-            // grids: wider blocks (layout::rows_tuning).
+            // The format's stage (layout::rows_stage); small grids: wider blocks
+            // (layout::rows_tuning).
             let staged = layout::rows_stage(tuning, kernel, s, blocks, self.sms);
             let tuning = layout::rows_tuning(&staged, blocks, s, self.sms);
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;

@@ -119,16 +119,8 @@ pub const PREP_COLS: usize = 2048;
 ///   of its blocks fit an SM and the wave spreads unevenly; capping it at 3 a SM recovered
 ///   most, not all, of the loss).
 ///
-/// Measured on the H200 (session 7, docs/CUDA.md "Measured, session 7", queued us, 32 ->
-/// 16-byte stages): int4-g64 [6144 x 16384] 22.4 -> 21.1, [4096 x 14336] 15.8 -> 14.8,
-/// [14336 x 4096] 16.1 -> 15.1, [28672 x 4096] 26.5 -> 25.2, [6144 x 4096] 8.1 -> 7.1,
-/// [4096 x 4096] 7.5 -> 6.7; int4-row [4096 x 14336] 14.3 -> 13.5, [14336 x 4096] 15.1 ->
-/// 13.0, [28672 x 4096] 24.6 -> 22.3, [4096 x 4096] 7.0 -> 6.6, but the one-wave [6144 x
-/// 16384] 20.4 -> 26.2 and [6144 x 4096] 7.9 -> 8.5; mq4-g256-v2, fp8 and int8-row lost or
-/// tied, so they keep 32. int4-g128 / int4-g256 (session 7, call 9): [4096 x 14336] 15.0 ->
-/// 14.5 / 15.1 -> 14.2, [14336 x 4096] 15.1 -> 13.2 / 15.3 -> 13.4, [28672 x 4096] 24.2 ->
-/// 22.8 / 25.2 -> 23.3, [4096 x 4096] 7.1 -> 6.7 / 7.1 -> 6.5, one-wave [6144 x 16384]
-/// 21.4 -> 27.6 / 21.9 -> 27.8; int4-g32 gained nowhere clearly and keeps 32.
+/// Every other format and group size kept 32 (lost, tied or mixed). The H200 figures behind
+/// each case: docs/CUDA.md, "Measured, session 7".
 pub fn rows_stage(
     tuning: &Tuning,
     kernel: KernelId,
@@ -301,7 +293,7 @@ fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
 /// relative, and the kernel's two MMA columns sum to y p.
 ///
 /// Returns `halves`: [2 s, x_stride] f16 bits, row 2k = x_hi of activation k, row 2k + 1 =
-/// x_lo; and `aux`: [s] 1/p, then [s, x_stride / MMA_SUM_SEGMENT] sums of x p over
+/// x_lo; and `aux`: `[s]` 1/p, then `[s, x_stride / MMA_SUM_SEGMENT]` sums of x p over
 /// segments (for the affine formats' zero term), rounded once from f64. With `nibbles`
 /// (4-bit formats, whose decoded words pair columns j and j + 4), each aligned group of 8
 /// columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B fragments are words as
@@ -423,7 +415,7 @@ impl GemmLayout {
 
 /// Prepared activations ([s, x_stride]) laid out for the GEMM kernel (see [`GemmLayout`]):
 /// `parts` f16 parts per activation (as [`split_activations`]), B column n = parts * s +
-/// part, padded with zero columns to whole blocks. Returns the halves, and `aux`: [sp] 1/p
+/// part, padded with zero columns to whole blocks. Returns the halves, and `aux`: `[sp]` 1/p
 /// (1 for padding), then [sp, x_stride / MMA_SUM_SEGMENT] sums over segments, where sp =
 /// `l.padded(s)`: of x p with two parts, of the rounded x_hi with one, so that the affine
 /// formats' zero term sees the same activation as their MMA (with exact sums, a large zero

@@ -396,9 +396,9 @@ impl DecodeKernels {
     /// runs (not when it is enqueued: a CUDA graph captures this launch once and replays it
     /// at every position; a position outside [0, cap) makes it a no-op): per query head,
     /// RMSNorm of q and of its group's k head with `rope.norms` (Qwen3's q_norm, k_norm,
-    /// [hd] each) when given, RoPE, the rotated k and this token's v (`vnew`) written into
+    /// `[hd]` each) when given, RoPE, the rotated k and this token's v (`vnew`) written into
     /// row `pos` of `kc` / `vc`, then GQA attention over kc / vc [cap, kvw] up to `pos`.
-    /// q [nh, hd], knew and vnew [kvw] are the projections as written; `scores` is scratch
+    /// q `[nh, hd]`, knew and vnew `[kvw]` are the projections as written; `scores` is scratch
     /// [nh, cap]; writes out[..nh * hd].
     #[allow(clippy::too_many_arguments)]
     pub fn attention_rope(
@@ -551,7 +551,7 @@ impl DecodeKernels {
         unsafe { self.launch(dev, &self.swiglu, cfg, &mut params, "launching swiglu") }
     }
 
-    /// out[0] = the first index of the largest of x.
+    /// `out[0]` = the first index of the largest of x.
     pub fn argmax(
         &self,
         dev: &CudaBackend,
@@ -575,7 +575,7 @@ impl DecodeKernels {
 /// RoPE (and Qwen3's per-head norms) of one attention launch.
 #[derive(Copy, Clone, Debug)]
 pub struct RopeArgs<'a> {
-    /// q_norm and k_norm weights, [head_dim] each; `None` for Llama.
+    /// q_norm and k_norm weights, `[head_dim]` each; `None` for Llama.
     pub norms: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
     pub eps: f32,
     /// [R / 2] frequencies (ops.rs's `Rope::inv_freq`).
