@@ -19,8 +19,6 @@ fn main() {
     println!("cargo:rerun-if-changed=build/shaders.rs");
     // KernelSpec::rows reads it: the S > 1 batch path or today's per-row path (A/B runs).
     println!("cargo:rerun-if-env-changed=TESSERA_WGSL_BATCH_TILE");
-    // KernelSpec::overrides reads it: the S = 1 chunk loop variant (`kernels::s1_variant`).
-    println!("cargo:rerun-if-env-changed=TESSERA_WGSL_S1");
     println!("cargo:rerun-if-changed=../../shaders/wgsl");
     for f in kernels_metal::kernels::SOURCE_FILES {
         println!("cargo:rerun-if-changed=../../shaders/wgsl/{f}");

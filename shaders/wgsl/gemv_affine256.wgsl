@@ -217,30 +217,13 @@ fn step1_i8(l: Ld1, j: u32) -> vec4<f32> {
     return l.sc4 * f + l.z4 * sx;
 }
 
-// The item loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
+// The item loop (one an iteration, as gemv_int_row's `partial1_i8`).
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nb = rb / 136u;
     let n = 8u * nb;
     var a = vec4<f32>(0.0);
-    var j = lid;
-    if (S1V == 1u) {
-        for (; j + WG < n; j += 2u * WG) {
-            let l = load1_i8(rr, j, rb, nb);
-            let ln = load1_i8(rr, j + WG, rb, nb);
-            a += step1_i8(l, j) + step1_i8(ln, j + WG);
-        }
-    } else if (S1V == 2u && j < n) {
-        var l = load1_i8(rr, j, rb, nb);
-        for (; j + WG < n; j += WG) {
-            let ln = load1_i8(rr, j + WG, rb, nb);
-            a += step1_i8(l, j);
-            l = ln;
-        }
-        a += step1_i8(l, j);
-        j += WG;
-    }
-    for (; j < n; j += WG) {
+    for (var j = lid; j < n; j += WG) {
         a += step1_i8(load1_i8(rr, j, rb, nb), j);
     }
     return a;

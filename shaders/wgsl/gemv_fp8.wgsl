@@ -166,7 +166,7 @@ fn step1_h(l: Ld1, n: ptr<function, vec4<u32>>) -> vec4<f32> {
     return l.d * f;
 }
 
-// The chunk loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
+// The chunk loop (one an iteration, as gemv_int_row's `partial1_i8`).
 fn partial1_h(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
@@ -174,24 +174,7 @@ fn partial1_h(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let band = (rr.x / 128u) * tpr;
     var a = vec4<f32>(0.0);
     var n = vec4<u32>(0u);
-    var c = lid;
-    if (S1V == 1u) {
-        for (; c + WG < nch; c += 2u * WG) {
-            let l = load1_h(rr, c, rb, band, tpr);
-            let ln = load1_h(rr, c + WG, rb, band, tpr);
-            a += step1_h(l, &n) + step1_h(ln, &n);
-        }
-    } else if (S1V == 2u && c < nch) {
-        var l = load1_h(rr, c, rb, band, tpr);
-        for (; c + WG < nch; c += WG) {
-            let ln = load1_h(rr, c + WG, rb, band, tpr);
-            a += step1_h(l, &n);
-            l = ln;
-        }
-        a += step1_h(l, &n);
-        c += WG;
-    }
-    for (; c < nch; c += WG) {
+    for (var c = lid; c < nch; c += WG) {
         a += step1_h(load1_h(rr, c, rb, band, tpr), &n);
     }
     let nan = (n & vec4<u32>(0x80808080u)) != vec4<u32>(0u);

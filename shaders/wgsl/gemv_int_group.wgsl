@@ -96,30 +96,13 @@ fn step1_i8(l: Ld1, c: u32) -> vec4<f32> {
     );
 }
 
-// The chunk loop in the S1V variant (prelude `S1V`; gemv_int_row's `partial1_i8`).
+// The chunk loop (one an iteration, as gemv_int_row's `partial1_i8`).
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     let ng = p.sc_row;
     var a = vec4<f32>(0.0);
-    var c = lid;
-    if (S1V == 1u) {
-        for (; c + WG < nch; c += 2u * WG) {
-            let l = load1_i8(rr, c, rb, ng);
-            let ln = load1_i8(rr, c + WG, rb, ng);
-            a += step1_i8(l, c) + step1_i8(ln, c + WG);
-        }
-    } else if (S1V == 2u && c < nch) {
-        var l = load1_i8(rr, c, rb, ng);
-        for (; c + WG < nch; c += WG) {
-            let ln = load1_i8(rr, c + WG, rb, ng);
-            a += step1_i8(l, c);
-            l = ln;
-        }
-        a += step1_i8(l, c);
-        c += WG;
-    }
-    for (; c < nch; c += WG) {
+    for (var c = lid; c < nch; c += WG) {
         a += step1_i8(load1_i8(rr, c, rb, ng), c);
     }
     return a;

@@ -95,36 +95,14 @@ fn step1_i8(v: Rows4, x: XQ, c: u32) -> vec4<f32> {
     );
 }
 
-// The chunk loop of the packed path in the S1V variant (prelude `S1V`): 0 one chunk an
-// iteration, 1 two chunks an iteration (both chunks' loads issued before either decode),
-// 2 the next chunk's loads issued before the current one is decoded.
+// The chunk loop of the packed path: one chunk an iteration. (Two chunks an iteration, or
+// the next chunk's loads issued before the current one is decoded, lost on the H200 in
+// session 6 and were removed in session 7: docs/VULKAN.md.)
 fn partial1_i8(rr: vec4<u32>, lid: u32) -> vec4<f32> {
     let rb = p.row_bytes;
     let nch = (rb + 15u) / 16u;
     var a = vec4<f32>(0.0);
-    var c = lid;
-    if (S1V == 1u) {
-        for (; c + WG < nch; c += 2u * WG) {
-            let v = rows4(rr, c, rb);
-            let w = rows4(rr, c + WG, rb);
-            let x = xq(c);
-            let xn = xq(c + WG);
-            a += step1_i8(v, x, c) + step1_i8(w, xn, c + WG);
-        }
-    } else if (S1V == 2u && c < nch) {
-        var v = rows4(rr, c, rb);
-        var x = xq(c);
-        for (; c + WG < nch; c += WG) {
-            let vn = rows4(rr, c + WG, rb);
-            let xn = xq(c + WG);
-            a += step1_i8(v, x, c);
-            v = vn;
-            x = xn;
-        }
-        a += step1_i8(v, x, c);
-        c += WG;
-    }
-    for (; c < nch; c += WG) {
+    for (var c = lid; c < nch; c += WG) {
         a += step1_i8(rows4(rr, c, rb), xq(c), c);
     }
     return a;

@@ -27,9 +27,6 @@ var<immediate> p: Params;
 override S: u32 = 1u;
 override ROWS: u32 = 1u;
 override MUTATE: u32 = 0u;
-// The S = 1 chunk loop of the packed int8 and fp8 paths (kernels.rs `s1_variant`): 0 one
-// chunk an iteration, 1 two chunks an iteration, 2 the next chunk's loads issued first.
-override S1V: u32 = 0u;
 
 const WG: u32 = 128u;
 

@@ -125,8 +125,6 @@ pub struct Options {
     pub int8_activations: bool,
     /// naga's runtime checks in the compiled kernels.
     pub checks: ShaderChecks,
-    /// The `S1V` override of every pipeline (`kernels::s1_variant`: the S = 1 chunk loop).
-    pub s1_variant: u32,
 }
 
 impl Default for Options {
@@ -137,7 +135,6 @@ impl Default for Options {
             mutate: 0,
             int8_activations: true,
             checks: SHADER_CHECKS_DEFAULT,
-            s1_variant: kernels::S1_VARIANT_DEFAULT,
         }
     }
 }
@@ -146,7 +143,7 @@ impl Options {
     /// Defaults, changed by the environment: `TESSERA_WGPU_SUBGROUPS` = `never` / `require`
     /// / `auto`, `TESSERA_WGPU_ADAPTER` = a name substring, `TESSERA_WGPU_INT8_X=0` (the f32
     /// path for the int4 formats at S = 1 too), `TESSERA_WGPU_CHECKED`
-    /// ([`ShaderChecks::from_env`]), `TESSERA_WGSL_S1` (`kernels::s1_variant`), and (with the `mutation-test` feature only)
+    /// ([`ShaderChecks::from_env`]), and (with the `mutation-test` feature only)
     /// `TESSERA_WGPU_MUTATE`.
     pub fn from_env() -> Options {
         let mut o = Options::default();
@@ -157,7 +154,6 @@ impl Options {
         }
         o.int8_activations = std::env::var("TESSERA_WGPU_INT8_X").as_deref() != Ok("0");
         o.checks = ShaderChecks::from_env();
-        o.s1_variant = kernels::s1_variant();
         o.adapter = std::env::var("TESSERA_WGPU_ADAPTER")
             .ok()
             .filter(|s| !s.is_empty());
@@ -261,7 +257,6 @@ pub struct WgpuBackend {
     mutate: u32,
     int8_x: bool,
     checks: ShaderChecks,
-    s1v: u32,
     /// `Params::reserved0` of the packed int8 path: the layout (`kernels::int8_x_layout`).
     int8_layout: u32,
     layout: wgpu::BindGroupLayout,
@@ -435,7 +430,6 @@ impl WgpuBackend {
             mutate: opts.mutate,
             int8_x: opts.int8_activations,
             checks: opts.checks,
-            s1v: opts.s1_variant,
             int8_layout: kernels::int8_x_layout(),
             layout,
             pipeline_layout,
@@ -488,7 +482,7 @@ impl WgpuBackend {
             } else {
                 String::new()
             }
-        ) + &format!(", {}, S1V={}", self.checks.name(), self.s1v)
+        ) + &format!(", {}", self.checks.name())
     }
 
     fn check_uncaptured(&self) -> Result<(), BackendError> {
@@ -657,12 +651,7 @@ impl WgpuBackend {
             )));
         }
         let file = spec.file_for(self.subgroups);
-        let mut overrides = spec.overrides(s, rows, self.mutate);
-        for (name, v) in &mut overrides {
-            if *name == "S1V" {
-                *v = f64::from(self.s1v);
-            }
-        }
+        let overrides = spec.overrides(s, rows, self.mutate);
         let mut key = file.to_string();
         for (n, v) in &overrides {
             key.push_str(&format!("|{n}={v}"));

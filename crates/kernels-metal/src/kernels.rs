@@ -259,7 +259,6 @@ impl KernelSpec {
         v.push(("S", s as f64));
         v.push(("ROWS", f64::from(rows)));
         v.push(("MUTATE", f64::from(mutate)));
-        v.push(("S1V", f64::from(s1_variant())));
         v
     }
 
@@ -361,25 +360,6 @@ pub fn batch_tiling() -> bool {
     std::env::var("TESSERA_WGSL_BATCH_TILE").as_deref() != Ok("0")
 }
 
-/// The `S1V` override of every pipeline: the chunk loop of the S = 1 paths on packed int8
-/// activations (gemv_int_row BITS 4, gemv_int_group, gemv_affine256) and of gemv_fp8's
-/// binary16 decode. 0: one chunk an iteration; 1: two chunks an iteration, both chunks' loads
-/// issued before either is decoded; 2: the next chunk's loads issued before the current one
-/// is decoded. [`S1_VARIANT_DEFAULT`] unless `TESSERA_WGSL_S1` is `0`, `1` or `2` (A/B runs:
-/// read at run time by the wgpu tier, at build time by the Vulkan tier, whose build script
-/// bakes overrides into its SPIR-V). Every other kernel and S ignores it.
-pub fn s1_variant() -> u32 {
-    match std::env::var("TESSERA_WGSL_S1").as_deref() {
-        Ok("0") => 0,
-        Ok("1") => 1,
-        Ok("2") => 2,
-        _ => S1_VARIANT_DEFAULT,
-    }
-}
-
-/// [`s1_variant`] without `TESSERA_WGSL_S1`.
-pub const S1_VARIANT_DEFAULT: u32 = 0;
-
 /// [`Params::reserved1`] as the hosts set it: 1 where `TESSERA_FP8_DECODE=shift` (gemv_fp8
 /// at S = 1 then takes session 4's E4M3 decode; the benches' comparison), else 0 (the
 /// binary16 decode).
@@ -453,7 +433,7 @@ const INT8_X_TINY: f32 = 1e-30;
 /// bits of 1.5 2^23, so the kernel's integer sums are f32 bits without a conversion). A block
 /// with a non-finite value, or whose largest |x| is below 1e-30 but not 0, gets a NaN
 /// for d / 256 and zero planes, and so does a block dominated by one outlier
-/// ([`INT8_X_OUTLIER`]): the kernel then reads that block's floats instead.
+/// (`INT8_X_OUTLIER`): the kernel then reads that block's floats instead.
 pub fn pack_int8_activations(x: &[f32]) -> Vec<u32> {
     let blocks = x.len() / 32;
     let mut out = Vec::with_capacity(blocks * INT8_X_VEC4S_PER_BLOCK * 4);

@@ -118,18 +118,14 @@ fn every_pipeline_of_the_table_specialises() {
                 );
                 for (rows, mutate) in variants {
                     assert!(k.admits(s, rows), "{f}: default rows {rows} at S={s}");
-                    // Every S = 1 chunk-loop variant (`kernels::s1_variant`) as well.
-                    for s1v in 0..=2u32 {
-                        let mut constants = naga::back::PipelineConstants::default();
-                        for (n, v) in k.overrides(s, rows, mutate) {
-                            constants.insert(n.to_string(), v);
-                        }
-                        constants.insert("S1V".to_string(), f64::from(s1v));
-                        if let Err(e) = naga::back::pipeline_constants::process_overrides(
-                            &module, &info, None, &constants,
-                        ) {
-                            panic!("{f} {file} S={s} ROWS={rows} MUTATE={mutate} S1V={s1v}: {e}");
-                        }
+                    let mut constants = naga::back::PipelineConstants::default();
+                    for (n, v) in k.overrides(s, rows, mutate) {
+                        constants.insert(n.to_string(), v);
+                    }
+                    if let Err(e) = naga::back::pipeline_constants::process_overrides(
+                        &module, &info, None, &constants,
+                    ) {
+                        panic!("{f} {file} S={s} ROWS={rows} MUTATE={mutate}: {e}");
                     }
                 }
             }
