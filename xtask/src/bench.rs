@@ -1,6 +1,6 @@
 //! `cargo xtask bench [--backend cpu,cuda,wgpu,vulkan] [--import FILE.json ...] [--plot-only]`:
 //! runs the kernel benchmarks each beside the ceiling and peers measured in the same run,
-//! keeps each backend's run as docs/perf/<backend>.json, draws the SVG plots, and writes the
+//! keeps each backend's run as `docs/perf/<backend>.json`, draws the SVG plots, and writes the
 //! plots' section of docs/PERF.md.
 //!
 //! - `cpu` runs `bench-cpu` (read_bw.c, candle, criterion) here.

@@ -14,9 +14,18 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 fn run(program: &str, args: &[&str]) -> bool {
-    eprintln!("xtask: {program} {}", args.join(" "));
+    run_env(program, args, &[])
+}
+
+/// [`run`] with `envs` set on the child, whatever the caller's shell has.
+fn run_env(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
+    let shown: String = envs.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
+    eprintln!("xtask: {shown}{program} {}", args.join(" "));
     let mut cmd = Command::new(program);
     cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
     // lavapipe (the CI machine's Vulkan) runs the WGSL kernels of the wgpu and Vulkan tiers.
     // Its LLVM optimisation passes take minutes on the larger-S kernels and make them
     // slower, not faster (docs/VULKAN.md, "lavapipe"); `no_opt` skips them. It changes
@@ -113,6 +122,12 @@ fn ci() -> bool {
                 "-D",
                 "warnings",
             ],
+        )
+        // Broken doc links and shapes read as links (`[16]`) are errors here, not warnings.
+        && run_env(
+            "cargo",
+            &["doc", "--workspace", "--no-deps"],
+            &[("RUSTDOCFLAGS", "-D warnings")],
         )
         && run("cargo", &["test", "--workspace", "--release"])
         && ci_test_matrix()

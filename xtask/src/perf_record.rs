@@ -1,4 +1,4 @@
-//! One benchmark run of one backend as data: docs/perf/<backend>.json.
+//! One benchmark run of one backend as data: `docs/perf/<backend>.json`.
 //!
 //! Every bench (`bench-cpu`, the GPU tiers' `bench_gemv` examples run on the GPU machine)
 //! writes this record, so the PERF.md tables and the SVG plots are drawn from the same
@@ -59,7 +59,7 @@ pub struct Record {
     pub series: Vec<Series>,
 }
 
-/// docs/perf/<backend>.json.
+/// `docs/perf/<backend>.json`.
 pub fn path(root: &Path, backend: &str) -> PathBuf {
     root.join("docs/perf").join(format!("{backend}.json"))
 }

@@ -1,6 +1,6 @@
 //! SVG plots of the benchmark records (plotters): for each backend and batch S, weight GB/s
 //! against shape, one line per format (and per peer, dashed), with the same-run ceiling as
-//! a horizontal line. Drawn from docs/perf/<backend>.json into docs/perf/<backend>-s<S>.svg.
+//! a horizontal line. Drawn from `docs/perf/<backend>.json` into `docs/perf/<backend>-s<S>.svg`.
 
 use crate::perf_record::{Kind, Record, Series};
 use plotters::prelude::*;

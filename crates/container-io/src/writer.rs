@@ -92,8 +92,8 @@ impl Plan {
         Ok(())
     }
 
-    /// Plans a quantized tensor: `<name>` U8 [rows, row_bytes] and, when the format keeps
-    /// scales apart, `<name>.qs` U8 [scale_bytes]; stamped unless legacy-unstamped.
+    /// Plans a quantized tensor: `<name>` U8 `[rows, row_bytes]` and, when the format keeps
+    /// scales apart, `<name>.qs` U8 `[scale_bytes]`; stamped unless legacy-unstamped.
     pub fn add_quantized(
         &mut self,
         name: &str,

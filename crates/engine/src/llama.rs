@@ -1,6 +1,6 @@
 //! The Llama / Qwen3 dense graph: RMSNorm, GQA attention with RoPE (`rotate_half`), SwiGLU
 //! MLP, following transformers' `modeling_llama.py` and `modeling_qwen3.py`. Qwen3 adds an
-//! RMSNorm over each head of q and k (weights [head_dim], eps = rms_norm_eps) before RoPE.
+//! RMSNorm over each head of q and k (weights `[head_dim]`, eps = rms_norm_eps) before RoPE.
 //! Optional q/k/v/o biases (`attention_bias`) and MLP biases (`mlp_bias`) are read.
 
 use crate::config::{Arch, ModelConfig};

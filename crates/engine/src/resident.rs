@@ -608,7 +608,7 @@ impl Resident {
         Ok(())
     }
 
-    /// Runs one token (its embedding row `row`, [hidden]) at position `st.len()` through
+    /// Runs one token (its embedding row `row`, `[hidden]`) at position `st.len()` through
     /// every layer and the LM head, appending to the device cache: the state's CUDA graph
     /// replayed when [`Resident::graph`] (captured on the state's second step), else the
     /// kernels launched one by one. Returns the argmax id, and the logits when

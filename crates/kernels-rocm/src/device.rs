@@ -14,7 +14,7 @@
 //! later test (docs/VULKAN.md, "Why the first NVIDIA run failed").
 //!
 //! Adapter choice: `TESSERA_VK_ADAPTER=<substring>` (matched case-insensitively against
-//! "<device name> <driver name>") picks one; otherwise a discrete GPU beats an integrated one,
+//! `"<device name> <driver name>"`) picks one; otherwise a discrete GPU beats an integrated one,
 //! which beats a virtual one, which beats a CPU (lavapipe).
 
 use crate::error::VulkanError;
@@ -56,7 +56,7 @@ pub enum WavePolicy {
 /// How the backend picks its device and kernels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// Case-insensitive substring of "<device name> <driver name>"; `None`: best ranked.
+    /// Case-insensitive substring of `"<device name> <driver name>"`; `None`: best ranked.
     pub adapter: Option<String>,
     pub subgroups: SubgroupPolicy,
     pub wave: WavePolicy,

@@ -1,6 +1,6 @@
 //! GGUF: llama.cpp's model files, read natively and block for block.
 //!
-//! - [`parse`]: the parser (versions 2 and 3, little-endian): header, every metadata value
+//! - [`mod@parse`]: the parser (versions 2 and 3, little-endian): header, every metadata value
 //!   type including nested arrays, tensor infos, `general.alignment`, the data section. It
 //!   borrows from the memory-mapped file and copies nothing.
 //! - [`types`]: every GGML tensor type with its block geometry (gguf-py's tables).

@@ -27,10 +27,10 @@
 //! encoding is refused with [`QuantError::ScaleOutOfRange`] rather than stored as infinity.
 //!
 //! Error-aware encoder ([`EncoderEffort::ErrorAware`], issue 9): the same bytes and the same
-//! decoder; only the choice of each group's (scale, zero) differs. [`search_affine`] searches
+//! decoder; only the choice of each group's (scale, zero) differs. `search_affine` searches
 //! scales between `range / 15` and `range / 16` and zeros that keep both extremes within half
 //! a step, scoring every candidate as stored (fp16-round-tripped for v2 / mq4c) with nearest
-//! codes, by a squared error that weighs large weights more ([`TAIL_WEIGHT`]); a group keeps
+//! codes, by a squared error that weighs large weights more (`TAIL_WEIGHT`); a group keeps
 //! the min/max pair unless a candidate beats it on plain squared error too. docs/QUALITY.md
 //! has the measured effect on MiniLM.
 

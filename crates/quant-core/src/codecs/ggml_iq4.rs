@@ -7,8 +7,8 @@
 //!
 //! | format | bytes | fields |
 //! | --- | --- | --- |
-//! | iq4_nl | 18 per 32 | fp16 d, qs[16] |
-//! | iq4_xs | 136 per 256 | fp16 d, u16 scales_h, scales_l[4], qs[128] |
+//! | iq4_nl | 18 per 32 | fp16 d, `qs[16]` |
+//! | iq4_xs | 136 per 256 | fp16 d, u16 scales_h, `scales_l[4]`, `qs[128]` |
 //!
 //! Within each 32 weights (one iq4_nl block, one iq4_xs sub-block with 16 `qs` bytes),
 //! weight j < 16 is the low nibble of byte j and weight j + 16 the high nibble. The iq4_xs
@@ -17,7 +17,7 @@
 //! Encoders are ports of `quantize_row_iq4_nl_ref` (no scale search: `ntry = -1`) and
 //! `quantize_row_iq4_xs_ref` (GGML's `quantize_iq4_xs` without an importance matrix,
 //! searching 15 scales per sub-block, eight sub-blocks side by side in
-//! [`super::ggml_search`]), both through `quantize_row_iq4_nl_impl`.
+//! `super::ggml_search`), both through `quantize_row_iq4_nl_impl`.
 
 // The ports keep GGML's index loops so they can be read side by side with ggml-quants.c.
 #![allow(clippy::needless_range_loop)]

@@ -6,11 +6,11 @@
 //!
 //! | format | bytes | fields, in order | sub-blocks |
 //! | --- | --- | --- | --- |
-//! | q2_k | 84 | scales[16], qs[64], d, dmin | 16 x 16: 4-bit scale (low) and min (high) per byte; `w = d*sc*q - dmin*m`, q 2-bit |
-//! | q3_k | 110 | hmask[32], qs[64], scales[12], d | 16 x 16: 6-bit scales `s`; `w = d*(s-32) * (q - 4*!h)`, q 2-bit, h the hmask bit |
-//! | q4_k | 144 | d, dmin, scales[12], qs[128] | 8 x 32: 6-bit scale/min (`get_scale_min_k4`); `w = d*sc*q - dmin*m` |
-//! | q5_k | 176 | d, dmin, scales[12], qh[32], qs[128] | as q4_k with a fifth bit from qh |
-//! | q6_k | 210 | ql[128], qh[64], scales[16] (int8), d | 16 x 16: `w = d*sc*(q - 32)`, q 6-bit |
+//! | q2_k | 84 | `scales[16]`, `qs[64]`, d, dmin | 16 x 16: 4-bit scale (low) and min (high) per byte; `w = d*sc*q - dmin*m`, q 2-bit |
+//! | q3_k | 110 | `hmask[32]`, `qs[64]`, `scales[12]`, d | 16 x 16: 6-bit scales `s`; `w = d*(s-32) * (q - 4*!h)`, q 2-bit, h the hmask bit |
+//! | q4_k | 144 | d, dmin, `scales[12]`, `qs[128]` | 8 x 32: 6-bit scale/min (`get_scale_min_k4`); `w = d*sc*q - dmin*m` |
+//! | q5_k | 176 | d, dmin, `scales[12]`, `qh[32]`, `qs[128]` | as q4_k with a fifth bit from qh |
+//! | q6_k | 210 | `ql[128]`, `qh[64]`, `scales[16]` (int8), d | 16 x 16: `w = d*sc*(q - 32)`, q 6-bit |
 //!
 //! Bit placement (GGML's; weight index within the block): for q2_k and q3_k, weight
 //! `128h + 32s + 16k + l` (h < 2, s < 4, k < 2, l < 16) is bits `2s..2s+2` of
@@ -23,8 +23,8 @@
 //! scale k is `(scales[k%8] >> 4*(k/8)) & 0xF | ((scales[8 + k%4] >> 2*(k/4)) & 3) << 4`.
 //!
 //! Encoders are ports of `quantize_row_q{2,3,4,5,6}_K_ref` (the reference paths llama.cpp
-//! uses without an importance matrix), built on [`super::ggml_common`]'s helpers; the q2_k, q4_k, q5_k and q6_k scale searches
-//! run eight sub-blocks at a time ([`super::ggml_search`]), with GGML's arithmetic per sub-block.
+//! uses without an importance matrix), built on `super::ggml_common`'s helpers; the q2_k, q4_k, q5_k and q6_k scale searches
+//! run eight sub-blocks at a time (`super::ggml_search`), with GGML's arithmetic per sub-block.
 
 // The ports keep GGML's index loops so they can be read side by side with ggml-quants.c.
 #![allow(clippy::needless_range_loop)]

@@ -5,11 +5,11 @@
 //!
 //! | format | bytes | fields | value |
 //! | --- | --- | --- | --- |
-//! | q4_0 | 18 | d, qs[16] | `(q - 8) * d` |
-//! | q4_1 | 20 | d, m, qs[16] | `q * d + m` |
-//! | q5_0 | 22 | d, qh[4], qs[16] | `(q - 16) * d` |
-//! | q5_1 | 24 | d, m, qh[4], qs[16] | `q * d + m` |
-//! | q8_0 | 34 | d, qs[32] (int8) | `q * d` |
+//! | q4_0 | 18 | d, `qs[16]` | `(q - 8) * d` |
+//! | q4_1 | 20 | d, m, `qs[16]` | `q * d + m` |
+//! | q5_0 | 22 | d, `qh[4]`, `qs[16]` | `(q - 16) * d` |
+//! | q5_1 | 24 | d, m, `qh[4]`, `qs[16]` | `q * d + m` |
+//! | q8_0 | 34 | d, `qs[32]` (int8) | `q * d` |
 //!
 //! The 4-bit part of weight j < 16 is the low nibble of `qs[j]`, that of weight j + 16 the
 //! high nibble of `qs[j]` (GGML's order: the first half of the block, then the second,

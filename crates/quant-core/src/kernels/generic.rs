@@ -10,7 +10,7 @@ use crate::codec::codec_for;
 use crate::registry::Format;
 use crate::tensor::QTensor;
 
-/// Decodes up to [`SCRATCH_FLOATS`] / I rows at a time, then dots each decoded row with all
+/// Decodes up to `SCRATCH_FLOATS` / I rows at a time, then dots each decoded row with all
 /// S activation rows.
 pub struct DecodeThenDot;
 

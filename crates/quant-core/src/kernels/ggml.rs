@@ -1,7 +1,7 @@
 //! Fused exact kernels of the GGML block formats: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,
 //! q3_k, q4_k (and mq4-k, the same block over rotated weights), q5_k, q6_k, iq4_nl, iq4_xs.
 //!
-//! Each format is an [`ExactBlock`]: a per-block header (its fp16 scales and sub-block
+//! Each format is an `ExactBlock`: a per-block header (its fp16 scales and sub-block
 //! scales turned into f32 once per block and row, as the codec's decode computes them) and
 //! a decode of `W` consecutive weights from the block's bytes into one f32 vector — codes
 //! widened, shifted and masked in integer lanes, converted, and scaled by the sub-block's
@@ -14,7 +14,7 @@
 //! Bit layouts are the codecs' (codecs/ggml_legacy.rs, ggml_kquants.rs, ggml_iq4.rs). Every
 //! GGML sub-block is 16 or 32 consecutive weights, a multiple of every level's `W` (16 on
 //! AVX-512, 8 on AVX2 and portable), so one vector always has one scale. The bodies are
-//! written once over [`FVec`] and instantiated per level; activations are read as given
+//! written once over `FVec` and instantiated per level; activations are read as given
 //! ([`Layout::Raw`]: GGML rows are whole blocks, so no padding is needed).
 
 // Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
@@ -408,7 +408,7 @@ fn hskl(i: usize) -> (usize, usize, usize, usize) {
     (i / 128, (i % 128) / 32, (i % 32) / 16, i % 16)
 }
 
-/// q2_k: scales[16] (4-bit scale low, 4-bit min high), qs[64], fp16 d, fp16 dmin;
+/// q2_k: `scales[16]` (4-bit scale low, 4-bit min high), `qs[64]`, fp16 d, fp16 dmin;
 /// `w = d*sc*q - dmin*m`.
 pub struct Q2k;
 impl ExactBlock for Q2k {
@@ -443,7 +443,7 @@ impl ExactBlock for Q2k {
     }
 }
 
-/// q3_k: hmask[32], qs[64], scales[12] (16 6-bit), fp16 d; `w = d*(s-32) * (q - 4*!h)`.
+/// q3_k: `hmask[32]`, `qs[64]`, `scales[12]` (16 6-bit), fp16 d; `w = d*(s-32) * (q - 4*!h)`.
 pub struct Q3k;
 impl ExactBlock for Q3k {
     const BW: usize = 256;
@@ -521,7 +521,7 @@ unsafe fn k4_header<V: FVec>(b: *const u8) -> ([f32; 8], [f32; 8]) {
     }
 }
 
-/// q4_k (and mq4-k): fp16 d, fp16 dmin, 12 scale bytes, qs[128]; weight 64c + l is the low
+/// q4_k (and mq4-k): fp16 d, fp16 dmin, 12 scale bytes, `qs[128]`; weight 64c + l is the low
 /// nibble of qs[32c + l], 64c + 32 + l the high one; `w = d*sc*q - dmin*m` per 32.
 pub struct Q4k;
 impl ExactBlock for Q4k {
@@ -544,8 +544,8 @@ impl ExactBlock for Q4k {
     }
 }
 
-/// q5_k: q4_k's header, qh[32], qs[128]; the fifth bit of weight 64c + 32t + l is bit
-/// 2c + t of qh[l].
+/// q5_k: q4_k's header, `qh[32]`, `qs[128]`; the fifth bit of weight 64c + 32t + l is bit
+/// 2c + t of `qh[l]`.
 pub struct Q5k;
 impl ExactBlock for Q5k {
     const BW: usize = 256;
@@ -569,7 +569,7 @@ impl ExactBlock for Q5k {
     }
 }
 
-/// q6_k: ql[128], qh[64], scales[16] (int8), fp16 d; weight 128h + 32s + l has low 4 bits
+/// q6_k: `ql[128]`, `qh[64]`, `scales[16]` (int8), fp16 d; weight 128h + 32s + l has low 4 bits
 /// from ql[64h + 32(s%2) + l] (nibble s/2) and top 2 from bits 2s of qh[32h + l];
 /// `w = d*sc * (q - 32)` per 16.
 pub struct Q6k;
@@ -624,7 +624,7 @@ impl ExactBlock for Iq4nl {
     }
 }
 
-/// iq4_xs: fp16 d, u16 scales_h, scales_l[4], qs[128]; sub-block ib (32 weights, 16 qs
+/// iq4_xs: fp16 d, u16 scales_h, `scales_l[4]`, `qs[128]`; sub-block ib (32 weights, 16 qs
 /// bytes, low nibbles then high) scaled by `d * (ls - 32)`.
 pub struct Iq4xs;
 impl ExactBlock for Iq4xs {

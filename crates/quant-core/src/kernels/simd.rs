@@ -101,7 +101,7 @@ impl SimdLevel {
     }
 }
 
-/// Σ a[i]·b[i] in f32 at `level` (which must be supported: callers pass a clamped level).
+/// Σ `a[i]·b[i]` in f32 at `level` (which must be supported: callers pass a clamped level).
 pub fn dot_f32_at(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -120,7 +120,7 @@ pub fn dot_f32_at(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// Σ a[i]·b[i] at the detected level.
+/// Σ `a[i]·b[i]` at the detected level.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot_f32_at(SimdLevel::detect(), a, b)
 }

@@ -524,7 +524,7 @@ pub fn gemm_with_at(
 /// The activations as the int8-activation path sees them: `x` ([s, cols], logical domain)
 /// rotated into the stored domain for rotated formats, then each 32-block rounded to its
 /// int8 step, `x̂_i = Δ_b · q_i`, in f64 (exact: the f32 step times a 7-bit integer); for
-/// the formats whose kernel rounds to bf16 instead ([`QLayout::Bf16`]: fp8), each value's
+/// the formats whose kernel rounds to bf16 instead (`QLayout::Bf16`: fp8), each value's
 /// bf16. `Σ_i w_i x̂_i` is what the kernels compute, up to f32 accumulation.
 pub fn int8_rounded_activations(t: &QTensor<'_>, x: &[f32], s: usize) -> Vec<f64> {
     let cols = t.cols();
