@@ -117,7 +117,9 @@ pub const PREP_COLS: usize = 2048;
 /// - int4-row, int4-g128 and int4-g256 on grids that are not one wave of 3 blocks a SM (at
 ///   most 2 blocks a SM, or more than 3): on a one-wave grid the lighter build lost (more
 ///   of its blocks fit an SM and the wave spreads unevenly; capping it at 3 a SM recovered
-///   most, not all, of the loss).
+///   most, not all, of the loss);
+/// - int8-row and fp8-e4m3-b128 on grids of more than 3 waves of 3 blocks a SM (2-3 waves
+///   run the persistent grid instead, [`rows_persistent`], where 16-byte stages lost).
 ///
 /// Every other format and group size kept 32 (lost, tied or mixed). The H200 figures behind
 /// each case: docs/CUDA.md, "Measured, session 7".
@@ -137,6 +139,7 @@ pub fn rows_stage(
             _ => false,
         },
         fmt_id::INT4_ROW => !one_wave,
+        fmt_id::INT8_ROW | fmt_id::FP8_F32 | fmt_id::FP8_UE8M0 => (blocks as usize) > 9 * sms,
         _ => false,
     };
     if tuning.mma_stage.is_none() && tuning.mma_classes && s == 1 && takes {
@@ -749,7 +752,7 @@ mod tests {
     }
 
     #[test]
-    fn int4_g64_and_int4_row_take_16_byte_stages_at_s1() {
+    fn the_16_byte_stage_rule() {
         let g64 = KernelId {
             fmt: crate::caps::fmt_id::INT4_G,
             group: 64,
@@ -788,6 +791,20 @@ mod tests {
             group: 0,
         };
         assert_eq!(stage(&d, mq4, 1, 896), None);
+        // 8-bit codes: only past 3 waves (396 blocks on 132 SMs).
+        for fmt in [
+            crate::caps::fmt_id::INT8_ROW,
+            crate::caps::fmt_id::FP8_F32,
+            crate::caps::fmt_id::FP8_UE8M0,
+        ] {
+            let k = KernelId { fmt, group: 0 };
+            for (blocks, want) in [(256, None), (384, None), (1024, None), (1188, None)] {
+                assert_eq!(stage(&d, k, 1, blocks), want, "{fmt} {blocks}");
+            }
+            assert_eq!(stage(&d, k, 1, 1189), Some(16), "{fmt}");
+            assert_eq!(stage(&d, k, 1, 1792), Some(16), "{fmt}");
+            assert_eq!(stage(&d, k, 2, 1792), None, "{fmt}");
+        }
         // A stage asked for, or the format's own chunk: as it is.
         let forced = Tuning {
             mma_stage: Some(32),
