@@ -500,14 +500,9 @@ impl CudaBackend {
                 if let Ok(cap) = caps::lookup(Op::Gemv, f, s) {
                     let mut builds = vec![(Build::Gemv, self.tuning.clone())];
                     for t in tunings {
-                        // The stages a launch may take (layout::rows_stage: it depends
-                        // on the grid), each with its small-grid twin (layout::rows_tuning).
-                        let one_wave =
-                            layout::rows_stage(t, cap.kernel, s, 3 * self.sms as u32, self.sms);
-                        let multi_wave = layout::rows_stage(t, cap.kernel, s, u32::MAX, self.sms);
-                        let small = layout::rows_tuning(&multi_wave, 1, s, self.sms).into_owned();
-                        let mut twins = vec![one_wave.into_owned(), multi_wave.into_owned(), small];
-                        twins.dedup();
+                        // Every tuning a launch may take (layout::rows_stage and
+                        // rows_tuning depend on the grid).
+                        let twins = layout::rows_tunings(t, cap.kernel, s, self.sms);
                         for t in &twins {
                             builds.extend(cap.mma.map(|m| (Build::GemvMma(m), t.clone())));
                             // The group-class chunk where S allows it (any row of whole
@@ -845,8 +840,7 @@ impl CudaBackend {
             }
             // The format's stage (layout::rows_stage); small grids: wider blocks
             // (layout::rows_tuning).
-            let staged = layout::rows_stage(tuning, kernel, s, blocks, self.sms);
-            let tuning = layout::rows_tuning(&staged, blocks, s, self.sms);
+            let tuning = layout::rows_launch_tuning(tuning, kernel, s, blocks, self.sms);
             let f = self.function_of(self.key_tuned(kernel, Build::GemvMma(m), s, &tuning))?;
             let cfg = LaunchConfig {
                 grid_dim: (blocks, 1, 1),

@@ -181,6 +181,37 @@ pub fn rows_tuning(
     }
 }
 
+/// Every tuning a non-persistent 16-row GEMV launch of `kernel` at batch `s` may run with on
+/// a device of `sms` SMs, from `tuning`: what [`rows_stage`] and then [`rows_tuning`] make
+/// of it on some grid (prewarm compiles each; a grid's own is [`rows_launch_tuning`]).
+pub fn rows_tunings(tuning: &Tuning, kernel: KernelId, s: usize, sms: usize) -> Vec<Tuning> {
+    // One grid of each kind the two rules tell apart today: small (at most 2 blocks a SM),
+    // one wave of 3, more (1-3 waves take the one-wave tuning, or the persistent build);
+    // `rows_tunings_cover_every_grid` checks that no grid size falls outside.
+    let grids = [1, 3 * sms as u32, u32::MAX];
+    let mut out: Vec<Tuning> = Vec::new();
+    for blocks in grids {
+        let t = rows_launch_tuning(tuning, kernel, s, blocks, sms);
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The tuning a non-persistent 16-row GEMV launch of `kernel` at batch `s` on a grid of
+/// `blocks` blocks runs with: [`rows_stage`], then [`rows_tuning`].
+pub fn rows_launch_tuning(
+    tuning: &Tuning,
+    kernel: KernelId,
+    s: usize,
+    blocks: u32,
+    sms: usize,
+) -> Tuning {
+    let staged = rows_stage(tuning, kernel, s, blocks, sms);
+    rows_tuning(&staged, blocks, s, sms).into_owned()
+}
+
 /// The persistent 16-row GEMV's plan of one launch (gemv.cu `TS_MMA_PERSIST`, whose
 /// `persist_rounds` / `persist_lo` / `persist_block_of` these mirror): `rounds` units a
 /// 16-row tile (one stage of every warp of a block over the row), `units` = tiles x
@@ -816,6 +847,38 @@ mod tests {
             ..Tuning::default()
         };
         assert_eq!(*rows_stage(&own, g64, 1, 384, 132), own);
+    }
+
+    /// Prewarm's list holds the tuning of every grid size a launch can have.
+    #[test]
+    fn rows_tunings_cover_every_grid() {
+        use crate::caps::fmt_id;
+        let sms = 132;
+        for (fmt, group) in [
+            (fmt_id::INT4_G, 64),
+            (fmt_id::INT4_G, 128),
+            (fmt_id::INT4_G, 32),
+            (fmt_id::INT4_ROW, 0),
+            (fmt_id::INT8_ROW, 0),
+            (fmt_id::FP8_F32, 0),
+            (fmt_id::MQ4_V2, 0),
+        ] {
+            let k = KernelId { fmt, group };
+            for s in [1, 2, 4, 16] {
+                let d = Tuning::default();
+                let list = rows_tunings(&d, k, s, sms);
+                for blocks in (1..=3000)
+                    .step_by(7)
+                    .chain([264, 265, 396, 397, 1188, 1189])
+                {
+                    let t = rows_launch_tuning(&d, k, s, blocks, sms);
+                    assert!(
+                        list.contains(&t),
+                        "fmt {fmt} g{group} S={s}: {blocks} blocks"
+                    );
+                }
+            }
+        }
     }
 
     /// The persistent plan's shares cover every unit once, in order, each block at least
