@@ -112,12 +112,12 @@ pub const PREP_COLS: usize = 2048;
 /// device of `sms` SMs (`Tuning::mma_stage`, gemv.cu `TS_MMA_STAGE`): `tuning` itself where
 /// it names a stage or takes the format's own chunk (no group classes); else 16-byte stages
 /// (one k-block a stage instead of two, the same ring depth: fewer registers) at S = 1 for
-/// - int4-g64 (group classes: 16-byte chunks over two groups) on every grid: its 32-byte
-///   build spills;
+/// - int4-g64 (group classes: 16-byte chunks over two groups) on every grid (its 32-byte
+///   build spills, session 6's ptxas count; the 16-byte build's registers were not read);
 /// - int4-row, int4-g128 and int4-g256 on grids that are not one wave of 3 blocks a SM (at
-///   most 2 blocks a SM, or more than 3): on a one-wave grid the lighter build lost (more
-///   of its blocks fit an SM and the wave spreads unevenly; capping it at 3 a SM recovered
-///   most, not all, of the loss);
+///   most 2 blocks a SM, or more than 3): on a one-wave grid the lighter build lost (our
+///   reading, not measured: more of its blocks fit an SM and the wave spreads unevenly;
+///   capping it at 3 a SM recovered most, not all, of the loss);
 /// - int8-row and fp8-e4m3-b128 on grids of more than 3 waves of 3 blocks a SM (2-3 waves
 ///   run the persistent grid instead, [`rows_persistent`], where 16-byte stages lost).
 ///
