@@ -3,6 +3,8 @@
 // them with the GEMVs on one stream). One token at a time (S = 1), f32 throughout, written
 // to follow crates/engine/src/ops.rs and llama.rs step for step:
 //   add_rmsnorm      x += d (optional); out = w * x / sqrt(mean(x^2) + eps), zero padding
+//                    (where the GEMV after it allows, the engine runs gemv.cu's norm_prep
+//                    inside the GEMV's activation split instead)
 //   add_vec          y += b (biases)
 //   attention_rope   per query head: optional RMSNorm of q and k (Qwen3 q_norm / k_norm)
 //                    and RoPE (rotate_half pairs (i, i + R/2), R = 2 * len(inv_freq)),
@@ -22,8 +24,15 @@
 // without it, or before sm_90, both are no-ops.
 
 #define TS_BLOCK 1024
+// Values an add_rmsnorm thread loads at once (4: the H200's decode step was 21 us faster than
+// with 8, session 8), and an argmax thread.
+#define TS_NORM_SLOTS 4
+#define TS_ARGMAX_SLOTS 8
 // The most warps an attention_rope block may have when it splits the positions (`split`).
 #define TS_ATT_WARPS 8
+// Positions a warp of attention_rope loads at once (scores and, split, the value sums); 8
+// measured no faster on the H200 (session 8).
+#define TS_ATT_ROWS 4
 #define TS_NEG_INF __int_as_float(0xff800000)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TS_PDL_ENTER() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
@@ -64,13 +73,26 @@ extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __res
     TS_PDL_ENTER();
     __shared__ float red[32];
     float ss = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = x[i];
-        if (d != nullptr) {
-            v += d[i];
-            x[i] = v;
+    // TS_NORM_SLOTS columns a thread a round, all loaded before any is used (one trip to
+    // memory a round; a loop that used each load first pays the latency once a column).
+    for (int base = 0; base < n; base += TS_NORM_SLOTS * (int)blockDim.x) {
+        float a[TS_NORM_SLOTS], b[TS_NORM_SLOTS];
+#pragma unroll
+        for (int k = 0; k < TS_NORM_SLOTS; ++k) {
+            const int i = base + k * (int)blockDim.x + (int)threadIdx.x;
+            a[k] = i < n ? x[i] : 0.f;
+            b[k] = i < n && d != nullptr ? d[i] : 0.f;
         }
-        ss += v * v;
+#pragma unroll
+        for (int k = 0; k < TS_NORM_SLOTS; ++k) {
+            const int i = base + k * (int)blockDim.x + (int)threadIdx.x;
+            float v = a[k];
+            if (d != nullptr && i < n) {
+                v += b[k];
+                x[i] = v;
+            }
+            ss += v * v;
+        }
     }
     const float total = block_sum(ss, red);
     const float r = 1.0f / sqrtf(total / (float)n + eps);
@@ -162,12 +184,43 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     }
     const int seen = pos + 1;
     float* p = scores + (size_t)h * cap;
-    for (int j = warp; j < seen; j += warps) {
-        const float* kj = j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd;
-        float acc = 0.f;
-        for (int i = lane; i < hd; i += 32) acc += qs[i] * kj[i];
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) p[j] = acc * scale;
+    // Each warp scores TS_ATT_ROWS positions at once (j0 + u warps), their cached k loaded
+    // 4 dims a lane at a time before any is used, so one trip to memory serves
+    // 4 x TS_ATT_ROWS loads (a loop that used each load before issuing the next paid the
+    // latency once a dim and position). A position's sum runs over i = lane, lane + 32, ..
+    // in that order, as one position at a time would.
+    for (int j0 = warp; j0 < seen; j0 += TS_ATT_ROWS * warps) {
+        const float* kp[TS_ATT_ROWS];
+        float acc[TS_ATT_ROWS];
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u) {
+            const int j = j0 + u * warps;
+            kp[u] = j < seen ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
+            acc[u] = 0.f;
+        }
+        for (int i0 = 0; i0 < hd; i0 += 128) {
+            float kv[TS_ATT_ROWS][4];
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int i = i0 + lane + 32 * t;
+                    kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
+                }
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int i = i0 + lane + 32 * t;
+                    if (i < hd) acc[u] += qs[i] * kv[u][t];
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u) {
+            float a = acc[u];
+            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0 && kp[u] != nullptr) p[j0 + u * warps] = a * scale;
+        }
     }
     __syncthreads();
     float m = TS_NEG_INF;
@@ -196,15 +249,35 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     // wait on each other and many are in flight at once (the loop above waits on one
     // position's row after another, slow when the cache has left L2); the warps' partial
     // sums meet in shared memory.
-    for (int d0 = 0; d0 < hd; d0 += 32) {
-        const int d = d0 + lane;
-        if (d < hd) {
-            const float* vd = vc + (size_t)g * hd + d;
-            float acc = 0.f;
-#pragma unroll 4
-            for (int j = warp; j < pos; j += warps) acc += (p[j] * inv) * vd[(size_t)j * kvw];
-            if (warp == pos % warps) acc += (p[pos] * inv) * vn[d];
-            part[warp * hd + d] = acc;
+    // Four dims a lane (d0 + lane + 32 t) and TS_ATT_ROWS positions a round, all loaded
+    // before any is used; each dim's sum runs over j = warp, warp + warps, .. in order.
+    for (int d0 = 0; d0 < hd; d0 += 128) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const float* vb = vc + (size_t)g * hd + d0 + lane;
+        for (int j0 = warp; j0 < pos; j0 += TS_ATT_ROWS * warps) {
+            float pj[TS_ATT_ROWS], vv[TS_ATT_ROWS][4];
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u) {
+                const int j = j0 + u * warps;
+                pj[u] = j < pos ? p[j] * inv : 0.f;
+#pragma unroll
+                for (int t = 0; t < 4; ++t)
+                    vv[u][t] = j < pos && d0 + lane + 32 * t < hd ? vb[(size_t)j * kvw + 32 * t] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t)
+                    if (j0 + u * warps < pos) acc[t] += pj[u] * vv[u][t];
+        }
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int d = d0 + lane + 32 * t;
+            if (d < hd) {
+                float a = acc[t];
+                if (warp == pos % warps) a += (p[pos] * inv) * vn[d];
+                part[warp * hd + d] = a;
+            }
         }
     }
     __syncthreads();
@@ -233,11 +306,22 @@ extern "C" __global__ void argmax(const float* __restrict__ x, int n, int* __res
     __shared__ int bi[TS_BLOCK];
     float best = TS_NEG_INF;
     int idx = n;  // "none yet": larger than every real index
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (v > best || (idx == n && v == best)) {
-            best = v;
-            idx = i;
+    // TS_ARGMAX_SLOTS values a thread a round, loaded before any is compared (one trip to
+    // memory a round); each thread still visits its indices in increasing order.
+    for (int base = 0; base < n; base += TS_ARGMAX_SLOTS * (int)blockDim.x) {
+        float v[TS_ARGMAX_SLOTS];
+#pragma unroll
+        for (int k = 0; k < TS_ARGMAX_SLOTS; ++k) {
+            const int i = base + k * (int)blockDim.x + (int)threadIdx.x;
+            v[k] = i < n ? x[i] : TS_NEG_INF;
+        }
+#pragma unroll
+        for (int k = 0; k < TS_ARGMAX_SLOTS; ++k) {
+            const int i = base + k * (int)blockDim.x + (int)threadIdx.x;
+            if (i < n && (v[k] > best || (idx == n && v[k] == best))) {
+                best = v[k];
+                idx = i;
+            }
         }
     }
     bv[threadIdx.x] = best;

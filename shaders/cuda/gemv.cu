@@ -2091,35 +2091,24 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
 }
 // Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
 #define TS_PREP_COLS 2048
-extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
-                                                           float* __restrict__ xa, int S, int xs, int nbt, int sp) {
-    __shared__ float red[8];
-    __shared__ float pp[2];
-    // Programmatic dependent launch (-DTS_PDL): the GEMV after this split may launch now and
-    // load its weights; x and the split buffers are touched only after the previous kernel.
-    pdl_launch();
-    pdl_wait();
-    const int s = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const bool real = s < S;
-    const float* row = x + (i64)s * xs;
-    // Every block of row s finds the same max over the whole row (x is a few KB and sits in
-    // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
-    // 1024, so float4 loads never run past the row.
-    float m = 0.0f;
-    if (real) {
-#pragma unroll 4
-        for (int i = 4 * tid; i < xs; i += 1024) {
-            const F4 v = load_x4(row, i);
-            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        }
-    }
+// Threads of a norm_prep block, 8 columns each: grid ceil(xs / (8 x this)). Small blocks
+// win (H200, session 8: 128 beat 256, 512 and 1024 threads in front of the Llama-3-8B GEMVs).
+#define TS_PREP_FUSED_THREADS 128
+// Columns a fused-split thread loads at once in its whole-row pass.
+#define TS_PREP_SLOTS 16
+
+// Thread 0 of the block derives p = 2^(14 - e) from the row's max |x| in [2^e, 2^(e+1))
+// (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite row) into pp[0], 1/p into
+// pp[1], and block 0 of the row stores 1/p at xa[s]. `red` holds the block's warp maxima.
+TS_DEV void prep_scale(float m, float* red, float* pp, float* __restrict__ xa, int s) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     if (lane == 0) red[warp] = m;
     __syncthreads();
     if (tid == 0) {
         float mm = 0.0f;
-        for (int k = 0; k < 8; ++k) mm = fmaxf(mm, red[k]);
+        for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
         float p = 1.0f, inv = 1.0f;
         if (mm > 0.0f && isfinite(mm)) {
             int k = 14 - ilogbf(mm);
@@ -2132,19 +2121,15 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
         if (blockIdx.x == 0) xa[s] = inv;
     }
     __syncthreads();
-    const float p = pp[0];
-    // This thread's 8 columns (an aligned nibble-order group).
-    const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
-    const bool in = i0 < xs;
-    float v[8];
-    if (real && in) {
-        const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
-        v[0] = a.x * p, v[1] = a.y * p, v[2] = a.z * p, v[3] = a.w * p;
-        v[4] = b.x * p, v[5] = b.y * p, v[6] = b.z * p, v[7] = b.w * p;
-    } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
-    }
+}
+
+// Stores one thread's 8 columns i0 .. i0 + 7 of row s (`v`: x p, zeros past the row or on
+// padding rows) as halves in the layout of the build, and the sums of x p over 128-column
+// segments (16 threads' columns, half a warp). Every thread of the block calls it (the
+// sums shuffle over the whole warp); `in`: the columns exist (i0 < xs).
+TS_DEV void prep_store(const float (&v)[8], bool in, int s, i64 i0, unsigned short* __restrict__ xg,
+                       float* __restrict__ xa, int xs, int nbt, int sp) {
+    const int lane = threadIdx.x & 31;
     if (in) {
         u32 hi[8], lo[8];
 #pragma unroll
@@ -2153,6 +2138,7 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
             lo[e] = f32_to_f16_rn(v[e] - f16_to_f32(hi[e]));
         }
 #ifdef TS_PREP_ROWS
+        (void)nbt;
         // Rows 2s (hi) and 2s + 1 (lo) of [2S, xs]; 4-bit formats in the order 0, 4, 1, 5,
         // 2, 6, 3, 7 of each 8 columns (layout.rs nibble_order): one 16-byte store a part.
         U4 h, l;
@@ -2173,11 +2159,119 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
         }
 #endif
     }
-    // Sums of x p over 128-column segments: 16 threads' columns, half a warp.
     float t = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 #pragma unroll
     for (int k = 8; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
     if (in && (lane & 15) == 0) xa[sp + (i64)s * (xs / TS_SUM_SEG) + i0 / TS_SUM_SEG] = t;
+}
+
+extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
+                                                           float* __restrict__ xa, int S, int xs, int nbt, int sp) {
+    __shared__ float red[8];
+    __shared__ float pp[2];
+    // Programmatic dependent launch (-DTS_PDL): the GEMV after this split may launch now and
+    // load its weights; x and the split buffers are touched only after the previous kernel.
+    pdl_launch();
+    pdl_wait();
+    const int s = blockIdx.y, tid = threadIdx.x;
+    const bool real = s < S;
+    const float* row = x + (i64)s * xs;
+    // Every block of row s finds the same max over the whole row (x is a few KB and sits in
+    // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
+    // 1024, so float4 loads never run past the row.
+    float m = 0.0f;
+    if (real) {
+#pragma unroll 4
+        for (int i = 4 * tid; i < xs; i += 1024) {
+            const F4 v = load_x4(row, i);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+    }
+    prep_scale(m, red, pp, xa, s);
+    const float p = pp[0];
+    // This thread's 8 columns (an aligned nibble-order group).
+    const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
+    const bool in = i0 < xs;
+    float v[8];
+    if (real && in) {
+        const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
+        v[0] = a.x * p, v[1] = a.y * p, v[2] = a.z * p, v[3] = a.w * p;
+        v[4] = b.x * p, v[5] = b.y * p, v[6] = b.z * p, v[7] = b.w * p;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+    }
+    prep_store(v, in, s, i0, xg, xa, xs, nbt, sp);
+}
+
+// The engine's RMSNorm fused into the split (S = 1: row 0 of the layout, launched with
+// sp = 1). Grid: ceil(xs / (8 blockDim.x)) blocks (blockDim.x = TS_PREP_FUSED_THREADS),
+// block c splitting columns c 8 blockDim.x .. Every block first reads the whole row (a few
+// tens of KB from L2, TS_PREP_SLOTS loads a thread in flight) for its sum of squares and
+// its max, so all of them derive the same p without a grid-wide step.
+//
+// norm_prep: x = w v / sqrt(mean(v^2) + eps) over n columns (0 for n <= i < xs) with
+// v = src + d, or v = src where d is null (decode_ops.cu add_rmsnorm's arithmetic, summed
+// in another order). Where d is not null each block also stores v into dst for its own
+// columns: the residual stream moves to dst, which must alias neither src nor d (every
+// block reads all of them).
+extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
+    norm_prep(const float* __restrict__ src, const float* __restrict__ d, const float* __restrict__ w,
+              float* __restrict__ dst, int n, float eps, unsigned short* __restrict__ xg,
+              float* __restrict__ xa, int xs, int nbt) {
+    __shared__ float red[32];
+    __shared__ float red2[32];
+    __shared__ float pp[2];
+    pdl_launch();
+    pdl_wait();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
+    float ss = 0.0f, mw = 0.0f;
+    // TS_PREP_SLOTS columns a thread a round, all loaded before any is used: the row is a
+    // round or two, each one trip to L2 (a loop that used each load before issuing the
+    // next would wait out the latency once a column).
+    for (int base = 0; base < n; base += TS_PREP_SLOTS * (int)blockDim.x) {
+        float a[TS_PREP_SLOTS], b[TS_PREP_SLOTS], c[TS_PREP_SLOTS];
+#pragma unroll
+        for (int k = 0; k < TS_PREP_SLOTS; ++k) {
+            const int i = base + k * (int)blockDim.x + tid;
+            const bool ok = i < n;
+            a[k] = ok ? src[i] : 0.0f;
+            b[k] = ok && d != nullptr ? d[i] : 0.0f;
+            c[k] = ok ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < TS_PREP_SLOTS; ++k) {
+            const float v = d != nullptr ? a[k] + b[k] : a[k];
+            ss += v * v;
+            mw = fmaxf(mw, fabsf(c[k] * v));
+        }
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
+    if (lane == 0) red2[warp] = ss;
+    __syncthreads();
+    float total = 0.0f;
+    for (int k = 0; k < warps; ++k) total += red2[k];
+    const float r = 1.0f / sqrtf(total / (float)n + eps);
+    // max |w v r| = r max |w v| up to rounding, which can move p by a factor of 2 at most:
+    // the split is exact either way.
+    prep_scale(mw * r, red, pp, xa, 0);
+    const float p = pp[0];
+    const i64 i0 = (i64)blockIdx.x * (8 * blockDim.x) + 8 * tid;
+    const bool in = i0 < xs;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const i64 i = i0 + e;
+        float o = 0.0f;
+        if (i < n) {
+            const float x = d != nullptr ? src[i] + d[i] : src[i];
+            if (d != nullptr) dst[i] = x;
+            o = w[i] * (x * r) * p;
+        }
+        v[e] = o;
+    }
+    prep_store(v, in, 0, i0, xg, xa, xs, nbt, 1);
 }
 
 #elif defined(TS_MOE)

@@ -11,7 +11,8 @@
 //! `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as separate GEMVs,
 //! `TESSERA_RESIDENT_PDL=0` launches the decode kernels without programmatic dependent
 //! launch, `TESSERA_RESIDENT_ATTN=serial` runs attention without splitting the positions
-//! over its warps.
+//! over its warps, `TESSERA_RESIDENT_PROLOGUE=0` runs RMSNorm as a kernel of its own instead
+//! of inside the GEMVs' activation splits.
 
 use engine::{BackendChoice, LoadOptions, Model, ModelSource};
 
@@ -75,7 +76,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "launches per step: eager {} kernels ({} GEMVs + {} activation splits + {} other) \
              + {} copies; graph 1 graph launch + {} copies; decode kernels with programmatic \
-             dependent launch: {}; attention positions split over warps: {}",
+             dependent launch: {}; attention positions split over warps: {}; norms inside the \
+             GEMVs' splits: {}",
             n.kernels(),
             n.gemv,
             n.prep,
@@ -83,7 +85,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             n.copies,
             n.copies,
             p.pdl,
-            p.attention_split
+            p.attention_split,
+            p.prologue_fusion
         );
         for (mode, t) in [("eager", p.eager), ("graph", p.graph)] {
             println!(

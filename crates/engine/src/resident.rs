@@ -10,8 +10,8 @@
 //! Since no kernel argument changes from one step to the next, a generation's second step
 //! captures its launches into a CUDA graph (everything from the embedding row's arrival to
 //! the argmax), and each later step is the two uploads, one graph launch and the read-back:
-//! one host call instead of ~390 launches (2.9 ms of host enqueue a step on the H200,
-//! docs/PERF.md). The graph belongs to the
+//! one host call instead of ~320 launches (~390 without the fused norms; 2.9 ms of host
+//! enqueue a step on the H200, docs/PERF.md). The graph belongs to the
 //! generation's [`ResidentState`] (its arguments point into that state's buffers and the
 //! GEMVs' scratch, which nothing reallocates while the generation runs, since it alone uses
 //! the backend). `TESSERA_CUDA_GRAPH=0` or [`Resident::set_graph`] launches the same kernels
@@ -24,6 +24,14 @@
 //! runs its projections one GEMV each into the same slices. Each GEMV on the tensor cores
 //! is two launches inside kernels-cuda (its activation split, then the GEMV), so fusing
 //! also leaves one split per distinct activation.
+//!
+//! Where the GEMV after an RMSNorm is one tensor whose split runs on the device, the norm
+//! (and the residual add before it) runs inside that split
+//! (`CudaBackend::gemv_launch_resident_norm`): 65 launches fewer a Llama-3-8B step,
+//! 408 -> 431 tokens/s on the H200 (docs/ENGINE.md). The split's blocks all read the old
+//! residual whole, so the updated one goes to the other of two buffers and the stream
+//! alternates between them in the same order every step (the graph replays it).
+//! `TESSERA_RESIDENT_PROLOGUE=0` runs add_rmsnorm as its own kernel instead.
 //!
 //! The loader takes this path only when the gate ([`crate::gate::layer_path_with`] against
 //! the backend's fused table) puts every layer on it and the LM head's format is covered
@@ -90,6 +98,15 @@ enum Group {
     Split(Vec<DevLinear>),
 }
 
+/// The RMSNorm before a GEMV group: its weight, the update that joins the residual stream
+/// first (none: the stream as it is) and whether it runs inside the GEMV's split.
+#[derive(Copy, Clone)]
+struct Norm<'a> {
+    weight: &'a CudaSlice<f32>,
+    d: Option<&'a CudaSlice<f32>>,
+    fused: bool,
+}
+
 struct DevLayer {
     input_norm: CudaSlice<f32>,
     post_norm: CudaSlice<f32>,
@@ -108,6 +125,15 @@ struct DevLayer {
 pub struct FusedSlots {
     pub qkv: Option<Slot>,
     pub gate_up: Option<Slot>,
+}
+
+/// Whether the step computes each RMSNorm inside the activation split of the GEMV that reads
+/// it (kernels-cuda `gemv_launch_resident_norm`) where that GEMV is one tensor the backend
+/// splits on the device: two launches fewer a layer. `TESSERA_RESIDENT_PROLOGUE=0` turns it
+/// off (add_rmsnorm then runs as its own kernel), so a bench can time both; the tokens are
+/// the same (the norm's sum is added in another order).
+pub fn prologue_fusion_default() -> bool {
+    std::env::var("TESSERA_RESIDENT_PROLOGUE").map_or(true, |v| v != "0")
 }
 
 /// Whether [`fuse_layers`] fuses: `TESSERA_RESIDENT_UNFUSED=1` turns it off, so a bench can
@@ -228,6 +254,12 @@ pub struct Resident {
     hidden_stride: usize,
     attn_stride: usize,
     act_stride: usize,
+    /// Whether prologues fuse into the GEMVs' splits ([`prologue_fusion_default`]).
+    fuse_prologue: bool,
+    /// Per layer, whether its input norm and post-attention norm run inside the split of
+    /// the one GEMV that reads each; then the LM head's final norm.
+    fused_prologues: Vec<[bool; 2]>,
+    final_fused: bool,
     /// The launches of one step, counted once at construction by walking the layers as
     /// [`Resident::enqueue`] does (the profile line reports them).
     launches: Launches,
@@ -273,7 +305,11 @@ pub struct ResidentState {
     graph: Option<(StepOps, CudaGraph)>,
     /// The operations of the last step run eagerly on this state (capture waits for one).
     warmed: Option<StepOps>,
+    /// The residual stream: the embedding row arrives in `x`; a fused norm that adds an
+    /// update writes the sum into the other of `x` and `x2` (its blocks all read the old
+    /// one whole), so the stream alternates between them in a fixed order every step.
     x: CudaSlice<f32>,
+    x2: CudaSlice<f32>,
     xn: CudaSlice<f32>,
     /// This token's q, k and v [nh * hd + 2 kvw] as the projections write them (the
     /// attention kernel rotates k and appends k and v to the cache).
@@ -444,12 +480,43 @@ impl Resident {
             hidden_stride,
             attn_stride,
             act_stride,
+            fuse_prologue: prologue_fusion_default(),
+            fused_prologues: Vec::new(),
+            final_fused: false,
             launches: Launches::default(),
             graph: Cell::new(graph_default()),
             replays: Cell::new(0),
         };
-        r.launches = r.count_launches(tensors)?;
+        r.plan_prologues(dev, tensors)?;
         Ok(r)
+    }
+
+    /// Decides, per layer, which prologues run inside their GEMV's split (where
+    /// [`Resident::prologue_fusion`] is on and the GEMV is one tensor the backend splits on
+    /// the device), and counts the launches that makes.
+    fn plan_prologues(&mut self, dev: &CudaBackend, tensors: &[DeviceTensor]) -> Result<()> {
+        let on = self.fuse_prologue;
+        let one = |lins: Vec<&DevLinear>| -> Result<bool> {
+            Ok(on
+                && match lins.as_slice() {
+                    [lin] => dev.resident_prologue_fusable(tensor(tensors, lin)?),
+                    _ => false,
+                })
+        };
+        let mut per_layer = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            per_layer.push([one(l.qkv.linears())?, one(l.gate_up.linears())?]);
+        }
+        self.fused_prologues = per_layer;
+        self.final_fused = one(vec![&self.lm_head])?;
+        self.launches = self.count_launches(tensors)?;
+        Ok(())
+    }
+
+    /// Whether prologues fuse into the GEMVs' splits where the tensors allow it
+    /// ([`prologue_fusion_default`], read when the model loads).
+    pub fn prologue_fusion(&self) -> bool {
+        self.fuse_prologue
     }
 
     /// The launches [`Resident::enqueue`] makes per step: its own walk, with nothing
@@ -469,17 +536,18 @@ impl Resident {
             }
             Ok(())
         };
-        for l in &self.layers {
-            // add_rmsnorm, attention_rope, add_rmsnorm, swiglu
-            n.other += 4;
+        for (l, fused) in self.layers.iter().zip(&self.fused_prologues) {
+            // add_rmsnorm, attention_rope, add_rmsnorm, swiglu; a fused norm is its GEMV's
+            // split
+            n.other += 2 + fused.iter().filter(|&&f| !f).count();
             for lin in l.qkv.linears().into_iter().chain(l.gate_up.linears()) {
                 gemv(lin, &mut n)?;
             }
             gemv(&l.o, &mut n)?;
             gemv(&l.down, &mut n)?;
         }
-        // the final norm, the argmax
-        n.other += 2;
+        // the final norm (unless fused), the argmax
+        n.other += if self.final_fused { 1 } else { 2 };
         gemv(&self.lm_head, &mut n)?;
         Ok(n)
     }
@@ -542,6 +610,7 @@ impl Resident {
             graph: None,
             warmed: None,
             x: zeros(s, self.hidden)?,
+            x2: zeros(s, self.hidden)?,
             xn: zeros(s, self.hidden_stride)?,
             qkv: zeros(s, self.heads * self.head_dim + 2 * kvw)?,
             attn: zeros(s, self.attn_stride)?,
@@ -572,6 +641,17 @@ impl Resident {
             dev.gemv_launch_resident(w, &x.slice(..), 1, y)
                 .map_err(err)?;
         }
+        self.bias(dev, lin, y, ops)
+    }
+
+    /// Enqueues a linear's bias add into `y`, if it has one.
+    fn bias(
+        &self,
+        dev: &CudaBackend,
+        lin: &DevLinear,
+        y: &mut CudaViewMut<'_, f32>,
+        ops: StepOps,
+    ) -> Result<()> {
         if ops.other
             && let Some(b) = &lin.bias
         {
@@ -580,18 +660,75 @@ impl Resident {
         Ok(())
     }
 
+    /// Enqueues the RMSNorm of the residual stream (after `norm.d` joins it) and the GEMVs
+    /// of `lins` on it, into consecutive slices of `y`. Fused (one tensor whose split
+    /// allows it): the norm runs inside that GEMV's activation split, which writes the
+    /// updated stream into the other of the two stream buffers; otherwise add_rmsnorm
+    /// updates the stream in place and writes `xn`, which the GEMVs read.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_group(
+        &self,
+        dev: &CudaBackend,
+        tensors: &[DeviceTensor],
+        (x, x2, cur): (&mut CudaSlice<f32>, &mut CudaSlice<f32>, &mut bool),
+        norm: Norm<'_>,
+        xn: &mut CudaSlice<f32>,
+        lins: Vec<&DevLinear>,
+        y: &mut CudaSlice<f32>,
+        ops: StepOps,
+    ) -> Result<()> {
+        let (now, next) = if *cur { (x2, x) } else { (x, x2) };
+        if let (true, [lin]) = (norm.fused, lins.as_slice()) {
+            let w = tensor(tensors, lin)?;
+            let rows = w.rows();
+            if ops.gemv {
+                let d = norm.d.map(|v| v.slice(..));
+                dev.gemv_launch_resident_norm(
+                    w,
+                    &now.slice(..),
+                    d.as_ref(),
+                    &norm.weight.slice(..),
+                    &mut next.slice_mut(..),
+                    self.hidden,
+                    self.eps,
+                    &mut y.slice_mut(..rows),
+                )
+                .map_err(err)?;
+            }
+            if norm.d.is_some() {
+                *cur = !*cur;
+            }
+            return self.bias(dev, lin, &mut y.slice_mut(..rows), ops);
+        }
+        if ops.other {
+            let d = norm.d.map(|v| v.slice(..));
+            self.kernels
+                .add_rmsnorm(
+                    dev,
+                    now,
+                    d.as_ref(),
+                    norm.weight,
+                    &mut xn.slice_mut(..),
+                    self.hidden,
+                    self.eps,
+                )
+                .map_err(err)?;
+        }
+        self.group(dev, tensors, &lins, xn, y, ops)
+    }
+
     /// Enqueues a group's GEMVs from `x` into consecutive slices of `y`, starting at 0.
     fn group(
         &self,
         dev: &CudaBackend,
         tensors: &[DeviceTensor],
-        grp: &Group,
+        lins: &[&DevLinear],
         x: &CudaSlice<f32>,
         y: &mut CudaSlice<f32>,
         ops: StepOps,
     ) -> Result<()> {
         let mut at = 0usize;
-        for lin in grp.linears() {
+        for &lin in lins {
             let rows = tensor(tensors, lin)?.rows();
             let end = at
                 .checked_add(rows)
@@ -753,6 +890,7 @@ impl Resident {
         let ResidentState {
             pos,
             x,
+            x2,
             xn,
             qkv,
             attn,
@@ -765,22 +903,32 @@ impl Resident {
             kv,
             ..
         } = st;
-        for (l, (w, (kc, vc))) in self.layers.iter().zip(kv.iter_mut()).enumerate() {
-            if ops.other {
-                // The previous layer's down_proj output joins the residual here.
-                let d = (l > 0).then(|| tmp.slice(..));
-                k.add_rmsnorm(
-                    dev,
-                    x,
-                    d.as_ref(),
-                    &w.input_norm,
-                    &mut xn.slice_mut(..),
-                    self.hidden,
-                    self.eps,
-                )
-                .map_err(err)?;
-            }
-            self.group(dev, tensors, &w.qkv, xn, qkv, ops)?;
+        // The residual stream: in `x` (false) or `x2` (true).
+        let mut cur = false;
+        for (l, ((w, (kc, vc)), fused)) in self
+            .layers
+            .iter()
+            .zip(kv.iter_mut())
+            .zip(&self.fused_prologues)
+            .enumerate()
+        {
+            // The previous layer's down_proj output joins the residual here.
+            let d = (l > 0).then_some(&*tmp);
+            let norm = Norm {
+                weight: &w.input_norm,
+                d,
+                fused: fused[0],
+            };
+            self.norm_group(
+                dev,
+                tensors,
+                (x, x2, &mut cur),
+                norm,
+                xn,
+                w.qkv.linears(),
+                qkv,
+                ops,
+            )?;
             if ops.other {
                 let nq = nh * hd;
                 let (qv, kv_new, vv) = (
@@ -810,19 +958,21 @@ impl Resident {
                 .map_err(err)?;
             }
             self.linear(dev, tensors, &w.o, attn, &mut tmp.slice_mut(..), ops)?;
-            if ops.other {
-                k.add_rmsnorm(
-                    dev,
-                    x,
-                    Some(&tmp.slice(..)),
-                    &w.post_norm,
-                    &mut xn.slice_mut(..),
-                    self.hidden,
-                    self.eps,
-                )
-                .map_err(err)?;
-            }
-            self.group(dev, tensors, &w.gate_up, xn, gu, ops)?;
+            let norm = Norm {
+                weight: &w.post_norm,
+                d: Some(&*tmp),
+                fused: fused[1],
+            };
+            self.norm_group(
+                dev,
+                tensors,
+                (x, x2, &mut cur),
+                norm,
+                xn,
+                w.gate_up.linears(),
+                gu,
+                ops,
+            )?;
             if ops.other {
                 let f = self.inter;
                 let (gv, uv) = (gu.slice(..f), gu.slice(f..2 * f));
@@ -831,25 +981,19 @@ impl Resident {
             }
             self.linear(dev, tensors, &w.down, act, &mut tmp.slice_mut(..), ops)?;
         }
-        if ops.other {
-            let d = (!self.layers.is_empty()).then(|| tmp.slice(..));
-            k.add_rmsnorm(
-                dev,
-                x,
-                d.as_ref(),
-                &self.final_norm,
-                &mut xn.slice_mut(..),
-                self.hidden,
-                self.eps,
-            )
-            .map_err(err)?;
-        }
-        self.linear(
+        let norm = Norm {
+            weight: &self.final_norm,
+            d: (!self.layers.is_empty()).then_some(&*tmp),
+            fused: self.final_fused,
+        };
+        self.norm_group(
             dev,
             tensors,
-            &self.lm_head,
+            (x, x2, &mut cur),
+            norm,
             xn,
-            &mut logits.slice_mut(..),
+            vec![&self.lm_head],
+            logits,
             ops,
         )?;
         if ops.other {
@@ -919,6 +1063,7 @@ impl Resident {
             launches: self.launches,
             pdl: self.kernels.pdl(),
             attention_split: self.kernels.attention_split(),
+            prologue_fusion: self.fuse_prologue,
             eager: times(false)?,
             graph: times(true)?,
         })
@@ -939,6 +1084,9 @@ pub struct ResidentProfile {
     pub pdl: bool,
     /// Whether attention split the positions over its warps (`TESSERA_RESIDENT_ATTN`).
     pub attention_split: bool,
+    /// Whether the RMSNorms ran inside the GEMVs' activation splits where the tensors allow
+    /// it (`TESSERA_RESIDENT_PROLOGUE`; then "GEMVs alone" includes them).
+    pub prologue_fusion: bool,
     /// The kernels launched one by one.
     pub eager: StepTimes,
     /// One graph replay a step.

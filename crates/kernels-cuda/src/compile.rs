@@ -201,6 +201,28 @@ impl Tuning {
     }
 }
 
+/// What a [`Build::TilePrep`] launch splits: the activations as they are, or the engine's
+/// RMSNorm computed on the way (one module exports both kernels; the key names the one a
+/// launch takes).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PrepInput {
+    /// `tile_prep`: f32 rows already in the stored domain.
+    Plain,
+    /// `norm_prep` (S = 1): RMSNorm of a residual stream plus an optional update, which it
+    /// also adds into the stream's next buffer.
+    Norm,
+}
+
+impl PrepInput {
+    /// The kernel the build exports for this input.
+    pub fn function_name(self) -> &'static str {
+        match self {
+            PrepInput::Plain => "tile_prep",
+            PrepInput::Norm => "norm_prep",
+        }
+    }
+}
+
 /// What a module builds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Build {
@@ -226,6 +248,7 @@ pub enum Build {
         chunk_bytes: u32,
         nibbles: bool,
         rows: bool,
+        input: PrepInput,
     },
     /// The MoE grouped GEMV over experts of these kernels (variant k = `variants[k]`),
     /// `moe_gemv`; `s` of the key is the pairs per work item.
@@ -255,7 +278,7 @@ impl ModuleKey {
             Build::GemvMma(_) | Build::GemvMmaPersist(_) => format!("gemv_mma_s{}", self.s),
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
             Build::GemvTiles { .. } => "gemm_p2".to_string(),
-            Build::TilePrep { .. } => "tile_prep".to_string(),
+            Build::TilePrep { input, .. } => input.function_name().to_string(),
             Build::Moe { .. } => "moe_gemv".to_string(),
         }
     }
@@ -332,6 +355,7 @@ impl ModuleKey {
                 chunk_bytes,
                 nibbles,
                 rows,
+                input: _,
             } => {
                 o.push("-DTS_PREP".to_string());
                 o.push(format!("-DTS_MMA={chunk_bytes}"));
@@ -514,10 +538,14 @@ mod tests {
             "#define TS_MMA_WARPS {}\n",
             crate::layout::MMA_WARPS
         )));
-        // tile_prep's column blocks are the launch's.
+        // tile_prep's column blocks are the launch's, and so are the fused splits' blocks.
         assert!(GEMV_SOURCE.contains(&format!(
             "#define TS_PREP_COLS {}\n",
             crate::layout::PREP_COLS
+        )));
+        assert!(GEMV_SOURCE.contains(&format!(
+            "#define TS_PREP_FUSED_THREADS {}\n",
+            crate::layout::PREP_FUSED_THREADS
         )));
     }
 

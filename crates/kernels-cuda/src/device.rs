@@ -10,10 +10,10 @@ use crate::caps::{self, KernelId, Op};
 use crate::compile::{self, Build, ModuleKey, Tuning};
 use crate::error::CudaError;
 use crate::layout::{self, BLOCK_THREADS, GemmLayout, LaunchShape};
-use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::sys::{self, CUfunction_attribute_enum};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
-    LaunchConfig, PushKernelArg,
+    DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use quant_core::oracle::POISON;
 use quant_core::{Format, QTensor};
@@ -275,6 +275,50 @@ fn tiles_at(cap: &caps::Capability, tuning: &Tuning, s: usize) -> bool {
         Some(0) => false,
         Some(n) => s >= n as usize,
         None => s >= cap.tiles_from,
+    }
+}
+
+/// Where a resident launch's activation split reads (device pointers, 0 for none).
+#[derive(Copy, Clone, Debug)]
+enum PrepSource {
+    /// `tile_prep`: x [S, x stride] in the stored domain.
+    Plain(sys::CUdeviceptr),
+    /// `norm_prep` (S = 1): RMSNorm of src (+ d, stored into dst) over n columns.
+    Norm {
+        src: sys::CUdeviceptr,
+        d: sys::CUdeviceptr,
+        weight: sys::CUdeviceptr,
+        dst: sys::CUdeviceptr,
+        n: i32,
+        eps: f32,
+    },
+}
+
+impl PrepSource {
+    fn input(self) -> compile::PrepInput {
+        match self {
+            PrepSource::Plain(_) => compile::PrepInput::Plain,
+            PrepSource::Norm { .. } => compile::PrepInput::Norm,
+        }
+    }
+}
+
+/// One kernel parameter of an activation split, as `cuLaunchKernelEx` reads it (it copies
+/// the value at each address).
+#[derive(Copy, Clone, Debug)]
+enum PrepArg {
+    Ptr(sys::CUdeviceptr),
+    I32(i32),
+    F32(f32),
+}
+
+impl PrepArg {
+    fn address(&mut self) -> *mut std::ffi::c_void {
+        match self {
+            PrepArg::Ptr(p) => (p as *mut sys::CUdeviceptr).cast(),
+            PrepArg::I32(v) => (v as *mut i32).cast(),
+            PrepArg::F32(v) => (v as *mut f32).cast(),
+        }
     }
 }
 
@@ -1084,6 +1128,22 @@ impl CudaBackend {
         cfg: LaunchConfig,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), cudarc::driver::DriverError> {
+        // SAFETY: as this function's caller guarantees.
+        unsafe { self.launch_ex(f, cfg, params, true) }
+    }
+
+    /// `cuLaunchKernelEx` of `f` on the backend's stream, with
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` when `pdl`.
+    ///
+    /// # Safety
+    /// As [`CudaBackend::launch_pdl`] (a plain launch needs no wait in `f`).
+    unsafe fn launch_ex(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+        pdl: bool,
+    ) -> Result<(), cudarc::driver::DriverError> {
         use cudarc::driver::sys;
         // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of C values), for
         // which all-zero bytes are a valid value; the id and the one union field read for it
@@ -1101,7 +1161,7 @@ impl CudaBackend {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &raw mut attr,
-            numAttrs: 1,
+            numAttrs: u32::from(pdl),
         };
         self.ctx.bind_to_thread()?;
         // SAFETY: `lc` and `attr` outlive the call; `params` as the caller guarantees.
@@ -1281,8 +1341,17 @@ impl CudaBackend {
         let cap = caps::lookup(Op::Gemv, w.format, s)?;
         match cap.mma_for(w.shape.row_bytes as usize) {
             Some(m) => {
+                let xs = w.shape.x_stride as usize;
+                if s.checked_mul(xs).is_none_or(|n| x.len() < n) {
+                    return Err(CudaError::Shape {
+                        format: w.format,
+                        what: format!("resident launch at S={s}: {} activations", x.len()),
+                    });
+                }
                 let tiles = tiles_at(cap, tuning, s);
-                self.launch_resident_mma(w, cap.kernel, m, tiles, x, s, y, tuning)
+                let (px, _gx) = x.device_ptr(&self.stream);
+                let src = PrepSource::Plain(px);
+                self.launch_resident_mma(w, cap.kernel, m, tiles, src, s, y, tuning)
             }
             None => self.launch_cuda_cores(w, cap.kernel, x, s, y),
         }
@@ -1291,7 +1360,8 @@ impl CudaBackend {
     /// The resident tensor-core GEMV: `tile_prep` splits `x` on the device into the layout
     /// the chosen kernel reads (the split-K tile GEMV's with `tiles`, else the 16-row
     /// GEMV's), into a buffer kept per layout, then that kernel runs; two launches, no host
-    /// work.
+    /// work. With a fused `src` (S = 1, the 16-row layout) the split computes the engine's
+    /// RMSNorm on the way, in the same launch.
     #[allow(clippy::too_many_arguments)]
     fn launch_resident_mma(
         &self,
@@ -1299,7 +1369,7 @@ impl CudaBackend {
         kernel: KernelId,
         m: caps::MmaKernel,
         tiles_kernel: bool,
-        x: &CudaView<'_, f32>,
+        src: PrepSource,
         s: usize,
         y: &mut CudaViewMut<'_, f32>,
         tuning: &Tuning,
@@ -1309,13 +1379,15 @@ impl CudaBackend {
             format: w.format,
             what,
         };
-        let need_x = s.checked_mul(xs);
-        let need_y = s.checked_mul(w.rows);
-        if need_x.is_none_or(|n| x.len() < n) || need_y.is_none_or(|n| y.len() < n) {
+        if s.checked_mul(w.rows).is_none_or(|n| y.len() < n) {
             return Err(shape_err(format!(
-                "resident launch at S={s}: {} activations, {} outputs",
-                x.len(),
+                "resident launch at S={s}: {} outputs",
                 y.len()
+            )));
+        }
+        if !matches!(src, PrepSource::Plain(_)) && (s != 1 || tiles_kernel) {
+            return Err(shape_err(format!(
+                "a fused prologue runs at S = 1 on the 16-row layout (S = {s}, tiles: {tiles_kernel})"
             )));
         }
         let nibbles = caps::nibble_codes(kernel.fmt);
@@ -1366,6 +1438,7 @@ impl CudaBackend {
                 chunk_bytes: m.chunk_bytes,
                 nibbles,
                 rows: !tiles_kernel,
+                input: src.input(),
             },
             0,
             tuning,
@@ -1380,64 +1453,191 @@ impl CudaBackend {
             small(tiles, "column tiles")?,
             small(sp, "padded S")?,
         );
-        // Blocks of 2048 columns (gemv.cu TS_PREP_COLS) per activation row.
-        let cfg = LaunchConfig {
-            grid_dim: (
-                small(xs.div_ceil(layout::PREP_COLS), "column blocks")? as u32,
-                sp as u32,
-                1,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        // tile_prep: blocks of 2048 columns (gemv.cu TS_PREP_COLS) per activation row; the
+        // fused prologues: blocks of 8 x 1024 columns (TS_PREP_FUSED_THREADS), one row.
+        let cfg = match src {
+            PrepSource::Plain(_) => LaunchConfig {
+                grid_dim: (
+                    small(xs.div_ceil(layout::PREP_COLS), "column blocks")? as u32,
+                    sp as u32,
+                    1,
+                ),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            PrepSource::Norm { .. } => LaunchConfig {
+                grid_dim: (
+                    small(xs.div_ceil(8 * layout::PREP_FUSED_THREADS), "column blocks")? as u32,
+                    1,
+                    1,
+                ),
+                block_dim: (layout::PREP_FUSED_THREADS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            },
         };
         let (xg, xa) = (&mut entry.0, &mut entry.1);
-        if tuning.pdl {
-            // Launched early, it lets the GEMV after it launch at once and load weights while
-            // the split runs; it waits for the previous kernel before it reads x or writes
-            // the buffers (which the previous GEMV may still read).
-            let st = &self.stream;
-            let (px, _gx) = x.device_ptr(st);
-            let (pg, _gg) = xg.device_ptr(st);
-            let (pa, _ga) = xa.device_ptr(st);
-            let (mut px, mut pg, mut pa) = (px, pg, pa);
-            let (mut a0, mut a1, mut a2, mut a3) = (s_arg, xs_arg, tiles_arg, sp_arg);
-            let mut params: [*mut std::ffi::c_void; 7] = [
-                (&raw mut px).cast(),
-                (&raw mut pg).cast(),
-                (&raw mut pa).cast(),
-                (&raw mut a0).cast(),
-                (&raw mut a1).cast(),
-                (&raw mut a2).cast(),
-                (&raw mut a3).cast(),
-            ];
-            // SAFETY: `params` point at locals of exactly tile_prep's parameter types (f32*,
-            // u16*, f32*, i32, i32, i32, i32); the buffers are sized as for the plain launch
-            // below; built with -DTS_PDL (the key carries `tuning`), tile_prep waits for the
-            // previous kernel before any access.
-            unsafe { self.launch_pdl(&prep, cfg, &mut params) }.map_err(CudaError::driver(
-                "launching tile_prep (programmatic dependent launch)",
-            ))?;
-        } else {
-            let mut b = self.stream.launch_builder(&prep);
-            b.arg(x)
-                .arg(&mut *xg)
-                .arg(&mut *xa)
-                .arg(&s_arg)
-                .arg(&xs_arg)
-                .arg(&tiles_arg)
-                .arg(&sp_arg);
-            // SAFETY: the argument list matches gemv.cu's tile_prep (f32*, u16*, f32*, i32, i32,
-            // i32, i32); `x` holds S * xs floats (checked above) and block s < S reads only row
-            // s; `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S xs (16-row
-            // layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's offsets and
-            // sums index for s < sp (sized or re-allocated above).
-            unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching tile_prep"))?;
+        let st = &self.stream;
+        let (pg, _gg) = xg.device_ptr(st);
+        let (pa, _ga) = xa.device_ptr(st);
+        let mut args: Vec<PrepArg> = Vec::with_capacity(10);
+        match src {
+            PrepSource::Plain(px) => args.extend([
+                PrepArg::Ptr(px),
+                PrepArg::Ptr(pg),
+                PrepArg::Ptr(pa),
+                PrepArg::I32(s_arg),
+                PrepArg::I32(xs_arg),
+                PrepArg::I32(tiles_arg),
+                PrepArg::I32(sp_arg),
+            ]),
+            PrepSource::Norm {
+                src,
+                d,
+                weight,
+                dst,
+                n,
+                eps,
+            } => args.extend([
+                PrepArg::Ptr(src),
+                PrepArg::Ptr(d),
+                PrepArg::Ptr(weight),
+                PrepArg::Ptr(dst),
+                PrepArg::I32(n),
+                PrepArg::F32(eps),
+                PrepArg::Ptr(pg),
+                PrepArg::Ptr(pa),
+                PrepArg::I32(xs_arg),
+                PrepArg::I32(tiles_arg),
+            ]),
         }
+        let mut params: Vec<*mut std::ffi::c_void> =
+            args.iter_mut().map(PrepArg::address).collect();
+        // SAFETY: `args` holds one value of each parameter of the build's kernel, in order
+        // (gemv.cu tile_prep: f32*, u16*, f32*, i32, i32, i32, i32; norm_prep: f32*, f32*
+        // (0: none), f32*, f32*, i32, f32, u16*, f32*, i32, i32; device pointers as 64-bit
+        // CUdeviceptr values) and outlives
+        // the call. The input pointers address what `PrepSource` documents, checked by the
+        // public entries that made it (tile_prep reads S x xs floats, block s < S row s only;
+        // norm_prep reads n floats of src, d and weight and writes n of dst); `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S
+        // xs (16-row layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's
+        // offsets and sums index for s < sp (sized or re-allocated above). Built with
+        // -DTS_PDL when `tuning.pdl` (the key carries `tuning`), each of the two waits for
+        // the previous kernel before any access, which the programmatic launch needs.
+        unsafe { self.launch_ex(&prep, cfg, &mut params, tuning.pdl) }.map_err(
+            CudaError::driver(if tuning.pdl {
+                "launching the activation split (programmatic dependent launch)"
+            } else {
+                "launching the activation split"
+            }),
+        )?;
         if tiles_kernel {
             self.launch_tiles(w, kernel, m, (&l, xg, xa), s, y, tuning)
         } else {
             self.launch_rows(w, kernel, m, (xg, xa), s, y, tuning)
         }
+    }
+
+    /// Whether an S = 1 resident launch of `w` splits its activations on the device into the
+    /// 16-row GEMV's layout: then [`CudaBackend::gemv_launch_resident_norm`] takes it (the
+    /// RMSNorm computed inside the split, one launch fewer); otherwise it refuses and the
+    /// caller runs the norm as its own kernel.
+    /// Rotated formats never fuse: their GEMV reads activations in the rotated domain,
+    /// which the fused split does not produce.
+    pub fn resident_prologue_fusable(&self, w: &DeviceTensor) -> bool {
+        w.format.spec().rotation == quant_core::Rotation::None
+            && caps::lookup(Op::Gemv, w.format, 1).is_ok_and(|cap| {
+                cap.mma_for(w.shape.row_bytes as usize).is_some() && !tiles_at(cap, &self.tuning, 1)
+            })
+    }
+
+    /// The fused launch of a prologue (S = 1), after the caller checked its buffers;
+    /// refuses tensors [`CudaBackend::resident_prologue_fusable`] refuses.
+    fn launch_fused(
+        &self,
+        w: &DeviceTensor,
+        src: PrepSource,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let cap = caps::lookup(Op::Gemv, w.format, 1)?;
+        let rotated = w.format.spec().rotation != quant_core::Rotation::None;
+        match cap.mma_for(w.shape.row_bytes as usize) {
+            Some(m) if !rotated && !tiles_at(cap, &self.tuning, 1) => {
+                self.launch_resident_mma(w, cap.kernel, m, false, src, 1, y, &self.tuning)
+            }
+            Some(_) | None => Err(CudaError::Shape {
+                format: w.format,
+                what: "a fused prologue needs the 16-row tensor-core GEMV at S = 1 \
+                       (resident_prologue_fusable is false)"
+                    .to_string(),
+            }),
+        }
+    }
+
+    /// y = W . x at S = 1 with x = weight * v / sqrt(mean(v^2) + eps) over `n` columns (the
+    /// engine's RMSNorm), v = src + d, or v = src without `d`, computed inside the GEMV's
+    /// activation split (one launch fewer than the norm and the GEMV apart). With `d` the
+    /// sum v is also stored into `dst` (the residual stream's next buffer: it must not be
+    /// src's or d's memory, which every block of the launch reads whole). `n` is at most
+    /// the tensor's x stride (columns past it are zero) and every buffer holds `n` floats.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_launch_resident_norm(
+        &self,
+        w: &DeviceTensor,
+        src: &CudaView<'_, f32>,
+        d: Option<&CudaView<'_, f32>>,
+        weight: &CudaView<'_, f32>,
+        dst: &mut CudaViewMut<'_, f32>,
+        n: usize,
+        eps: f32,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), CudaError> {
+        let xs = w.shape.x_stride as usize;
+        let short = [
+            ("residual", src.len()),
+            ("norm weight", weight.len()),
+            ("update", d.map_or(n, |v| v.len())),
+            ("next residual", if d.is_some() { dst.len() } else { n }),
+        ]
+        .into_iter()
+        .find(|&(_, len)| len < n);
+        if n == 0 || n > xs || short.is_some() {
+            return Err(CudaError::Shape {
+                format: w.format,
+                what: format!(
+                    "fused RMSNorm over {n} columns (x stride {xs}){}",
+                    short.map_or(String::new(), |(what, len)| format!(
+                        ": the {what} holds {len} floats"
+                    ))
+                ),
+            });
+        }
+        let n_arg = i32::try_from(n).map_err(|_| CudaError::Shape {
+            format: w.format,
+            what: format!("fused RMSNorm over {n} columns exceeds 32 bits"),
+        })?;
+        let st = &self.stream;
+        let (ps, _gs) = src.device_ptr(st);
+        let (pw, _gw) = weight.device_ptr(st);
+        let (pd, _gd) = match d {
+            Some(v) => {
+                let (p, g) = v.device_ptr(st);
+                (p, Some(g))
+            }
+            None => (0, None),
+        };
+        let (pt, _gt) = dst.device_ptr_mut(st);
+        self.launch_fused(
+            w,
+            PrepSource::Norm {
+                src: ps,
+                d: pd,
+                weight: pw,
+                dst: if d.is_some() { pt } else { 0 },
+                n: n_arg,
+                eps,
+            },
+            y,
+        )
     }
 
     /// y[S, O] = x[S, I] . W^T with `x` in the logical domain; the output is poisoned before

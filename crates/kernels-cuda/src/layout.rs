@@ -108,6 +108,10 @@ pub fn mma_grid_blocks(rows: usize) -> Result<u32, CudaError> {
 /// (ceil(x_stride / PREP_COLS), padded S).
 pub const PREP_COLS: usize = 2048;
 
+/// Threads of a fused-norm split block (gemv.cu `TS_PREP_FUSED_THREADS`, `norm_prep`), 8
+/// columns each: its grid is ceil(x_stride / (8 x this)) blocks, one row.
+pub const PREP_FUSED_THREADS: usize = 128;
+
 /// The 16-row GEMV's stage for `kernel` at batch `s` on a grid of `blocks` blocks on a
 /// device of `sms` SMs (`Tuning::mma_stage`, gemv.cu `TS_MMA_STAGE`): `tuning` itself where
 /// it names a stage or takes the format's own chunk (no group classes); else 16-byte stages

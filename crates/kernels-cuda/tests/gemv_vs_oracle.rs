@@ -296,6 +296,105 @@ fn resident_launch_matches_the_oracle() {
     );
 }
 
+/// The engine's RMSNorm inside the resident split (S = 1): RMSNorm of a residual stream plus
+/// an update (`gemv_launch_resident_norm`, with and without the update), then the 16-row
+/// GEMV, against the oracle of the same GEMV on the norm computed here; the updated residual
+/// must equal src + d bit for bit, and stay untouched without an update. Shapes: the
+/// suite's, where the tensor takes the fused split (several split blocks from 1024
+/// columns on), plus one past 8192 columns; outlier activations included.
+#[test]
+fn fused_norm_matches_the_oracle() {
+    let Some(b) = backend() else { return };
+    let seed = run_seed();
+    println!("seed {seed}");
+    let poison = f32::from_bits(0x7fc0_dead);
+    let mut failures = Vec::new();
+    let mut ran = 0usize;
+    for format in formats_under_test() {
+        let mut rng = format_rng(seed ^ 0xF0_5ED, format);
+        let mut worst = 0f64;
+        let mut extra = if format.spec().whole_blocks_only {
+            vec![(17, 8448)]
+        } else {
+            vec![(33, 9000)]
+        };
+        let mut all = shapes(format);
+        all.append(&mut extra);
+        for (rows, cols) in all {
+            let t = tensor(format, rows, cols, &mut rng);
+            let dt = b
+                .upload(&t.view())
+                .unwrap_or_else(|e| panic!("upload {format}: {e}"));
+            if !b.resident_prologue_fusable(&dt) {
+                continue;
+            }
+            ran += 1;
+            let n = cols;
+            let mut src = inputs(1, n, &mut rng);
+            src[rng.below(n)] *= 300.0; // an outlier sets the split's scale
+            let upd = inputs(1, n, &mut rng);
+            let weight: Vec<f32> = (0..n).map(|_| 0.5 + rng.uniform() as f32).collect();
+            let eps = 1e-5f32;
+            for with_d in [true, false] {
+                let v: Vec<f32> = (0..n)
+                    .map(|i| if with_d { src[i] + upd[i] } else { src[i] })
+                    .collect();
+                let ss: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+                let r = (1.0 / (ss / n as f64 + f64::from(eps)).sqrt()) as f32;
+                let x: Vec<f32> = (0..n).map(|i| weight[i] * (v[i] * r)).collect();
+                let st = b.stream();
+                let (sd, dd, wd) = (
+                    st.clone_htod(&src).expect("upload"),
+                    st.clone_htod(&upd).expect("upload"),
+                    st.clone_htod(&weight).expect("upload"),
+                );
+                let mut dst = st.clone_htod(&vec![poison; n]).expect("upload");
+                let mut y = b.poisoned_output(&dt, 1).expect("output");
+                let dv = dd.slice(..);
+                b.gemv_launch_resident_norm(
+                    &dt,
+                    &sd.slice(..),
+                    with_d.then_some(&dv),
+                    &wd.slice(..),
+                    &mut dst.slice_mut(..),
+                    n,
+                    eps,
+                    &mut y.slice_mut(..),
+                )
+                .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] norm: {e}"));
+                let yh = st.clone_dtoh(&y).expect("read back");
+                let dh = st.clone_dtoh(&dst).expect("read back");
+                st.synchronize().expect("sync");
+                match check(&t, &x, 1, &yh) {
+                    Ok(e) => worst = worst.max(e),
+                    Err(msg) => failures.push(format!("norm (update: {with_d}): {msg}")),
+                }
+                let want: Vec<u32> = if with_d {
+                    v.iter().map(|a| a.to_bits()).collect()
+                } else {
+                    vec![poison.to_bits(); n]
+                };
+                if let Some(i) = (0..n).find(|&i| dh[i].to_bits() != want[i]) {
+                    failures.push(format!(
+                        "norm (update: {with_d}): {format} [{rows}, {cols}]: residual[{i}] = {} want {}",
+                        dh[i],
+                        f32::from_bits(want[i])
+                    ));
+                }
+            }
+        }
+        println!("{format:<22} fused norm worst error {worst:.2e}");
+    }
+    println!("{ran} shapes took the fused split");
+    assert!(ran > 0, "no format under test takes the fused split");
+    assert!(
+        failures.is_empty(),
+        "{} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn every_batch_from_1_to_16() {
     let Some(b) = backend() else { return };

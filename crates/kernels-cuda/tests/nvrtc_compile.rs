@@ -5,7 +5,7 @@
 
 use kernels_cuda::Mutation;
 use kernels_cuda::caps::{CAPABILITIES, KernelId, Op, fmt_id};
-use kernels_cuda::compile::{self, Build, ModuleKey, Tuning, arch_of};
+use kernels_cuda::compile::{self, Build, ModuleKey, PrepInput, Tuning, arch_of};
 use std::collections::HashSet;
 
 /// Every build a capability row can ask for, at one S per GEMV row (all S with `every_s`).
@@ -68,15 +68,25 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
     for (chunk_bytes, nibbles) in [(16, true), (8, true), (4, true), (16, false)] {
         for rows in [false, true] {
             let zero = KernelId { fmt: 0, group: 0 };
-            out.push((
-                zero,
-                Build::TilePrep {
-                    chunk_bytes,
-                    nibbles,
-                    rows,
-                },
-                0,
-            ));
+            // One module exports both inputs' kernels; the engine's fused norm runs on the
+            // 16-row layout only.
+            let inputs: &[PrepInput] = if rows {
+                &[PrepInput::Plain, PrepInput::Norm]
+            } else {
+                &[PrepInput::Plain]
+            };
+            for &input in inputs {
+                out.push((
+                    zero,
+                    Build::TilePrep {
+                        chunk_bytes,
+                        nibbles,
+                        rows,
+                        input,
+                    },
+                    0,
+                ));
+            }
         }
     }
     // A MoE module over a mix of every kernel family.
@@ -144,7 +154,11 @@ fn every_build_compiles_for_sm90() {
                     chunk_bytes,
                     nibbles,
                     rows,
-                } => format!("_prep{chunk_bytes}_{nibbles}_{rows}"),
+                    input,
+                } => format!(
+                    "_prep{chunk_bytes}_{nibbles}_{rows}_{}",
+                    input.function_name()
+                ),
                 Build::Moe { .. } => "_moe".to_string(),
             };
             let name = format!("fmt{}_g{}{tag}_s{}.ptx", kernel.fmt, kernel.group, key.s);
