@@ -11,6 +11,8 @@
 //                    the rotated k and the new v written to the device KV cache, then one query token's
 //                    GQA attention over the cache, softmax with max subtraction, output into
 //                    the o_proj input (padding untouched)
+//   attention_chunks the same with the positions in chunks of TS_ATT_CHUNK, a block each,
+//                    combined by each head's last block (the engine's default)
 //   swiglu           out = silu(g) * u
 //   argmax           first index of the largest logit
 // Compiled by NVRTC (no headers). TS_MUTATE_DROP_ROPE (mutation tests only) skips the
@@ -286,6 +288,169 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
         for (int w = 0; w < warps; ++w) acc += part[w * hd + d];
         out[(size_t)h * hd + d] = acc;
     }
+}
+
+// The same attention with the positions cut into chunks of TS_ATT_CHUNK, one block each
+// (flash decoding): grid (nh, ceil(cap / TS_ATT_CHUNK)), TS_ATT_WARPS warps a block; block
+// (h, c) with c TS_ATT_CHUNK > pos leaves at once, so the grid does not depend on the
+// position. Each block normalises and rotates q and k as above (the block holding `pos`
+// among its group's first head writes the cache row), scores its chunk (one load round:
+// TS_ATT_ROWS positions a warp), takes the chunk's max m_c, its weights e^(s - m_c) and
+// their sum l_c in shared memory, and sums o_c = sum e^(s - m_c) v over the chunk (one more
+// round). A single chunk writes o_c / l_c. Otherwise each block stores (m_c, l_c, o_c) in
+// ws [nh, chunks, hd + 2]; the last block of a head to arrive (cnt [nh], zero before the
+// launch, reset by that block) combines them: M = max m_c, out = sum e^(m_c - M) o_c /
+// sum e^(m_c - M) l_c. Two rounds of loads a block instead of two a 32 positions.
+#define TS_ATT_CHUNK (TS_ATT_WARPS * TS_ATT_ROWS)
+extern "C" __global__ void attention_chunks(const float* __restrict__ q,
+                                            const float* __restrict__ knew,
+                                            const float* __restrict__ vnew, float* __restrict__ kc,
+                                            float* __restrict__ vc, float* __restrict__ ws,
+                                            unsigned* __restrict__ cnt, float* __restrict__ out,
+                                            int hd, int group, int kvw, const int* __restrict__ pos_p,
+                                            int cap, float scale, const float* __restrict__ qn,
+                                            const float* __restrict__ kn, float eps,
+                                            const float* __restrict__ inv_freq, int half, float af) {
+    TS_PDL_ENTER();
+    const int pos = *pos_p;
+    const int c = blockIdx.y, jc = c * TS_ATT_CHUNK;
+    if (pos < 0 || pos >= cap || jc > pos) return;  // uniform over the block
+    __shared__ float red[32];
+    __shared__ float qs[1024];
+    __shared__ float ks[1024];
+    __shared__ float ps[TS_ATT_CHUNK];
+    __shared__ float part[TS_ATT_WARPS * 1024];
+    __shared__ unsigned last;
+    const int h = blockIdx.x, g = h / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nc = pos / TS_ATT_CHUNK + 1;  // chunks holding positions 0 .. pos
+    const int chunks = (cap + TS_ATT_CHUNK - 1) / TS_ATT_CHUNK;
+    const int jend = jc + TS_ATT_CHUNK < pos + 1 ? jc + TS_ATT_CHUNK : pos + 1;
+    const float* vn = vnew + (size_t)g * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        qs[i] = q[(size_t)h * hd + i];
+        ks[i] = knew[(size_t)g * hd + i];
+    }
+    __syncthreads();
+    norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
+    norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
+    if (h % group == 0 && c == nc - 1) {
+        float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
+        float* vrow = vc + (size_t)pos * kvw + (size_t)g * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            krow[i] = ks[i];
+            vrow[i] = vn[i];
+        }
+    }
+    // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS.
+    {
+        const float* kp[TS_ATT_ROWS];
+        float acc[TS_ATT_ROWS];
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u) {
+            const int j = jc + warp + u * TS_ATT_WARPS;
+            kp[u] = j < jend ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
+            acc[u] = 0.f;
+        }
+        for (int i0 = 0; i0 < hd; i0 += 128) {
+            float kv[TS_ATT_ROWS][4];
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int i = i0 + lane + 32 * t;
+                    kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
+                }
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int i = i0 + lane + 32 * t;
+                    if (i < hd) acc[u] += qs[i] * kv[u][t];
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u) {
+            float a = acc[u];
+            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0) ps[warp + u * TS_ATT_WARPS] = kp[u] != nullptr ? a * scale : TS_NEG_INF;
+        }
+    }
+    __syncthreads();
+    // The chunk's max and weights (every thread reads the TS_ATT_CHUNK scores).
+    float m = TS_NEG_INF;
+    for (int t = 0; t < TS_ATT_CHUNK; ++t) m = fmaxf(m, ps[t]);
+    __syncthreads();
+    if (threadIdx.x < TS_ATT_CHUNK) ps[threadIdx.x] = jc + (int)threadIdx.x < jend ? expf(ps[threadIdx.x] - m) : 0.f;
+    __syncthreads();
+    float l = 0.f;
+    for (int t = 0; t < TS_ATT_CHUNK; ++t) l += ps[t];
+    // o_c[d] = sum_j e_j v_j[d]: warp w the positions w + u TS_ATT_WARPS, four dims a lane.
+    for (int d0 = 0; d0 < hd; d0 += 128) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        float vv[TS_ATT_ROWS][4];
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u) {
+            const int j = jc + warp + u * TS_ATT_WARPS;
+            const float* vj = j == pos ? vn : vc + (size_t)j * kvw + (size_t)g * hd;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int d = d0 + lane + 32 * t;
+                vv[u][t] = j < jend && d < hd ? vj[d] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+            for (int t = 0; t < 4; ++t) acc[t] += ps[warp + u * TS_ATT_WARPS] * vv[u][t];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int d = d0 + lane + 32 * t;
+            if (d < hd) part[warp * hd + d] = acc[t];
+        }
+    }
+    __syncthreads();
+    float* wsc = ws + ((size_t)h * chunks + c) * (size_t)(hd + 2);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.f;
+        for (int w = 0; w < TS_ATT_WARPS; ++w) o += part[w * hd + d];
+        if (nc == 1) {
+            out[(size_t)h * hd + d] = o / l;
+        } else {
+            wsc[2 + d] = o;
+        }
+    }
+    if (nc == 1) return;
+    if (threadIdx.x == 0) {
+        wsc[0] = m;
+        wsc[1] = l;
+    }
+    // Publish this chunk, then the last block of the head combines (the usual
+    // threadfence-then-count pattern: every store above is visible before the count).
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt + h, 1u) == (unsigned)(nc - 1) ? 1u : 0u;
+    __syncthreads();
+    if (last == 0u) return;
+    __threadfence();
+    const float* wsh = ws + (size_t)h * chunks * (size_t)(hd + 2);
+    float mm = TS_NEG_INF;
+    for (int k = 0; k < nc; ++k) mm = fmaxf(mm, __ldcg(wsh + (size_t)k * (hd + 2)));
+    float lsum = 0.f;
+    for (int k = 0; k < nc; ++k) {
+        const float* wk = wsh + (size_t)k * (hd + 2);
+        lsum += __ldcg(wk + 1) * expf(__ldcg(wk) - mm);
+    }
+    const float inv = 1.0f / lsum;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.f;
+        for (int k = 0; k < nc; ++k) {
+            const float* wk = wsh + (size_t)k * (hd + 2);
+            o += __ldcg(wk + 2 + d) * expf(__ldcg(wk) - mm);
+        }
+        out[(size_t)h * hd + d] = o * inv;
+    }
+    if (threadIdx.x == 0) cnt[h] = 0u;  // ready for the next launch
 }
 
 // out [n] = silu(g) * u.

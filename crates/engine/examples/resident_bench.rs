@@ -10,8 +10,8 @@
 //! replay (whatever `TESSERA_CUDA_GRAPH` says). For before/after figures in one run:
 //! `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as separate GEMVs,
 //! `TESSERA_RESIDENT_PDL=0` launches the decode kernels without programmatic dependent
-//! launch, `TESSERA_RESIDENT_ATTN=serial` runs attention without splitting the positions
-//! over its warps, `TESSERA_RESIDENT_PROLOGUE=0` runs RMSNorm as a kernel of its own instead
+//! launch, `TESSERA_RESIDENT_ATTN=serial|split` runs attention with the positions over one
+//! block's threads or warps instead of in chunks of their own blocks, `TESSERA_RESIDENT_PROLOGUE=0` runs RMSNorm as a kernel of its own instead
 //! of inside the GEMVs' activation splits.
 
 use engine::{BackendChoice, LoadOptions, Model, ModelSource};
@@ -76,7 +76,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "launches per step: eager {} kernels ({} GEMVs + {} activation splits + {} other) \
              + {} copies; graph 1 graph launch + {} copies; decode kernels with programmatic \
-             dependent launch: {}; attention positions split over warps: {}; norms inside the \
+             dependent launch: {}; attention: {:?}; norms inside the \
              GEMVs' splits: {}",
             n.kernels(),
             n.gemv,
@@ -85,7 +85,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             n.copies,
             n.copies,
             p.pdl,
-            p.attention_split,
+            p.attention,
             p.prologue_fusion
         );
         for (mode, t) in [("eager", p.eager), ("graph", p.graph)] {

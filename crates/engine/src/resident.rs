@@ -47,7 +47,9 @@ use crate::weights::Weights;
 use kernels_cuda::cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, CudaViewMut, DriverError, sys,
 };
-use kernels_cuda::resident::{AttentionShape, DecodeKernels, RopeArgs};
+use kernels_cuda::resident::{
+    AttentionMode, AttentionScratch, AttentionShape, DecodeKernels, RopeArgs,
+};
 use kernels_cuda::{CudaBackend, CudaError, DeviceTensor};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -319,7 +321,8 @@ pub struct ResidentState {
     /// gate and up [2 inter].
     gu: CudaSlice<f32>,
     act: CudaSlice<f32>,
-    scores: CudaSlice<f32>,
+    /// The attention's scratch (scores or chunk partials, arrival counters).
+    scores: AttentionScratch,
     logits: CudaSlice<f32>,
     id: CudaSlice<i32>,
     kv: Vec<(CudaSlice<f32>, CudaSlice<f32>)>,
@@ -617,7 +620,16 @@ impl Resident {
             tmp: zeros(s, self.hidden)?,
             gu: zeros(s, 2 * self.inter)?,
             act: zeros(s, self.act_stride)?,
-            scores: zeros(s, self.heads * cap)?,
+            scores: AttentionScratch::new(
+                dev,
+                AttentionShape {
+                    heads: self.heads,
+                    kv_heads: self.kv_heads,
+                    head_dim: self.head_dim,
+                    cap,
+                },
+            )
+            .map_err(err)?,
             logits: zeros(s, self.vocab)?,
             id: s
                 .alloc_zeros::<i32>(1)
@@ -1062,7 +1074,7 @@ impl Resident {
         Ok(ResidentProfile {
             launches: self.launches,
             pdl: self.kernels.pdl(),
-            attention_split: self.kernels.attention_split(),
+            attention: self.kernels.attention_mode(),
             prologue_fusion: self.fuse_prologue,
             eager: times(false)?,
             graph: times(true)?,
@@ -1082,8 +1094,8 @@ pub struct ResidentProfile {
     pub launches: Launches,
     /// Whether the decode kernels took programmatic dependent launches.
     pub pdl: bool,
-    /// Whether attention split the positions over its warps (`TESSERA_RESIDENT_ATTN`).
-    pub attention_split: bool,
+    /// How attention summed over the positions (`TESSERA_RESIDENT_ATTN`).
+    pub attention: AttentionMode,
     /// Whether the RMSNorms ran inside the GEMVs' activation splits where the tensors allow
     /// it (`TESSERA_RESIDENT_PROLOGUE`; then "GEMVs alone" includes them).
     pub prologue_fusion: bool,

@@ -129,18 +129,72 @@ fn pdl_on(arch: &str) -> bool {
     new_enough && std::env::var("TESSERA_RESIDENT_PDL").map_or(true, |v| v != "0")
 }
 
-/// How attention_rope sums the values: `split` (the default) splits the positions over the
-/// block's warps ([`HEAD_BLOCK_SPLIT`] threads), `TESSERA_RESIDENT_ATTN=serial` gives each
-/// thread of [`HEAD_BLOCK`] one dim over every position (session 4's kernel; the H200 step
-/// was 2.1% slower with it, docs/ENGINE.md). The results agree to rounding (the summation
-/// order differs).
-fn attention_split() -> Result<bool, CudaError> {
+/// How the decode step's attention sums over the cached positions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AttentionMode {
+    /// `attention_rope`, each thread of the block (128 threads) one dim over every position
+    /// (session 4's kernel).
+    Serial,
+    /// `attention_rope` with the positions split over the block's warps
+    /// (256 threads; the default of sessions 5-7).
+    Split,
+    /// `attention_chunks`: the positions cut into chunks of [`ATTENTION_CHUNK`], one block
+    /// each, combined by the last block of each head (the default since session 8: the
+    /// H200 step was 2% faster than with `Split`, docs/ENGINE.md).
+    Chunks,
+}
+
+/// Positions one `attention_chunks` block scores (decode_ops.cu `TS_ATT_CHUNK`).
+pub const ATTENTION_CHUNK: usize = 32;
+
+/// `TESSERA_RESIDENT_ATTN=serial|split|chunks` (unset: chunks). The results agree to
+/// rounding (the summation orders differ).
+fn attention_mode() -> Result<AttentionMode, CudaError> {
     match std::env::var("TESSERA_RESIDENT_ATTN").as_deref() {
-        Ok("serial") => Ok(false),
-        Err(_) | Ok("split") => Ok(true),
+        Ok("serial") => Ok(AttentionMode::Serial),
+        Ok("split") => Ok(AttentionMode::Split),
+        Err(_) | Ok("chunks") => Ok(AttentionMode::Chunks),
         Ok(other) => Err(CudaError::Input {
-            what: format!("TESSERA_RESIDENT_ATTN={other}: expected serial or split"),
+            what: format!("TESSERA_RESIDENT_ATTN={other}: expected serial, split or chunks"),
         }),
+    }
+}
+
+/// The attention's scratch, shared by the layers (their launches run one after another):
+/// the scores [heads, cap] of `attention_rope` and the chunk partials [heads, chunks,
+/// head_dim + 2] of `attention_chunks` in one buffer, and the per-head arrival counters of
+/// the latter (zero between launches: the last block of each head resets its own).
+pub struct AttentionScratch {
+    floats: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
+}
+
+impl AttentionScratch {
+    /// Zeroed scratch for attention of `shape`.
+    pub fn new(dev: &CudaBackend, shape: AttentionShape) -> Result<AttentionScratch, CudaError> {
+        let n = Self::floats_for(shape).ok_or_else(|| CudaError::Input {
+            what: format!("attention scratch for {shape:?} overflows"),
+        })?;
+        let st = dev.stream();
+        Ok(AttentionScratch {
+            floats: st
+                .alloc_zeros::<f32>(n)
+                .map_err(CudaError::driver("allocating the attention scratch"))?,
+            counters: st
+                .alloc_zeros::<u32>(shape.heads.max(1))
+                .map_err(CudaError::driver("allocating the attention counters"))?,
+        })
+    }
+
+    /// Floats the scratch needs for every mode.
+    fn floats_for(shape: AttentionShape) -> Option<usize> {
+        let scores = shape.heads.checked_mul(shape.cap)?;
+        let chunks = shape.cap.div_ceil(ATTENTION_CHUNK);
+        let partials = shape
+            .heads
+            .checked_mul(chunks)?
+            .checked_mul(shape.head_dim.checked_add(2)?)?;
+        Some(scores.max(partials).max(1))
     }
 }
 
@@ -183,11 +237,12 @@ pub struct DecodeKernels {
     /// stream launch at once and waits for the previous one before it touches memory
     /// (decode_ops.cu `TS_PDL_ENTER`), so a launch's start-up overlaps the kernel before it.
     pdl: bool,
-    /// attention_rope splits the positions over its warps ([`attention_split`]).
-    attn_split: bool,
+    /// How attention sums over the positions ([`attention_mode`]).
+    attn: AttentionMode,
     add_rmsnorm: CudaFunction,
     add_vec: CudaFunction,
     attention_rope: CudaFunction,
+    attention_chunks: CudaFunction,
     swiglu: CudaFunction,
     argmax: CudaFunction,
 }
@@ -251,10 +306,11 @@ impl DecodeKernels {
         };
         Ok(DecodeKernels {
             pdl: pdl_on(dev.arch()),
-            attn_split: attention_split()?,
+            attn: attention_mode()?,
             add_rmsnorm: load("add_rmsnorm")?,
             add_vec: load("add_vec")?,
             attention_rope: load("attention_rope")?,
+            attention_chunks: load("attention_chunks")?,
             swiglu: load("swiglu")?,
             argmax: load("argmax")?,
         })
@@ -265,9 +321,9 @@ impl DecodeKernels {
         self.pdl
     }
 
-    /// Whether attention_rope splits the positions over its warps.
-    pub fn attention_split(&self) -> bool {
-        self.attn_split
+    /// How attention sums over the positions.
+    pub fn attention_mode(&self) -> AttentionMode {
+        self.attn
     }
 
     /// `cuLaunchKernelEx` of `f` on the backend's stream, with the programmatic
@@ -409,7 +465,7 @@ impl DecodeKernels {
         vnew: &CudaView<'_, f32>,
         kc: &mut CudaSlice<f32>,
         vc: &mut CudaSlice<f32>,
-        scores: &mut CudaSlice<f32>,
+        scratch: &mut AttentionScratch,
         out: &mut CudaViewMut<'_, f32>,
         shape: AttentionShape,
         rope: RopeArgs<'_>,
@@ -451,7 +507,18 @@ impl DecodeKernels {
                 what: "attention: no position buffer".into(),
             });
         }
-        need(scores.len(), heads * cap, "attention scores")?;
+        let floats = AttentionScratch::floats_for(shape).ok_or_else(|| CudaError::Input {
+            what: format!("attention scratch for {shape:?} overflows"),
+        })?;
+        need(scratch.floats.len(), floats, "attention scratch")?;
+        if scratch.counters.len() < heads {
+            return Err(CudaError::Input {
+                what: format!(
+                    "attention: {} arrival counters for {heads} heads",
+                    scratch.counters.len()
+                ),
+            });
+        }
         need(out.len(), heads * hd, "attention out")?;
         if let Some((qn, kn)) = rope.norms {
             need(qn.len(), hd, "q_norm")?;
@@ -473,13 +540,65 @@ impl DecodeKernels {
             Some((qn, kn)) => (rd(qn, st), rd(kn, st)),
             None => (Param::Ptr(0), Param::Ptr(0)),
         };
+        if self.attn == AttentionMode::Chunks {
+            let chunks =
+                u32::try_from(cap.div_ceil(ATTENTION_CHUNK)).map_err(|_| CudaError::Input {
+                    what: format!("attention: {cap} positions overflow the grid"),
+                })?;
+            let mut params = [
+                rd(q, st),
+                rd(knew, st),
+                rd(vnew, st),
+                wr(kc, st),
+                wr(vc, st),
+                wr(&mut scratch.floats, st),
+                wr(&mut scratch.counters, st),
+                wr(out, st),
+                Param::I32(args.0),
+                Param::I32(args.1),
+                Param::I32(args.2),
+                rd(pos, st),
+                Param::I32(args.3),
+                Param::F32(scale),
+                qn,
+                kn,
+                Param::F32(rope.eps),
+                rd(rope.inv_freq, st),
+                Param::I32(args.4),
+                Param::F32(rope.attn_factor),
+            ];
+            let cfg = LaunchConfig {
+                grid_dim: (grid, chunks, 1),
+                block_dim: (HEAD_BLOCK_SPLIT, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: matches decode_ops.cu's attention_chunks (f32* x 6, u32*, f32*, i32 x 3,
+            // i32*, i32, f32, f32* or null x 2, f32, f32*, i32, f32) with TS_ATT_WARPS warps
+            // a block (HEAD_BLOCK_SPLIT threads: its chunk of TS_ATT_WARPS x TS_ATT_ROWS
+            // positions); every buffer holds what the kernel indexes (checked above): q
+            // heads * hd, knew / vnew kvw, kc / vc cap * kvw with g * hd + d < kvw and rows j
+            // <= pos < cap (the kernel returns for any other pos), the scratch heads x
+            // ceil(cap / ATTENTION_CHUNK) x (hd + 2) floats and heads counters, out heads *
+            // hd, norms hd, inv_freq `half` with 2 * half <= hd <= MAX_HEAD_DIM (the
+            // kernel's shared head buffers), pos one int.
+            return unsafe {
+                self.launch(
+                    dev,
+                    &self.attention_chunks,
+                    cfg,
+                    &mut params,
+                    "launching attention_chunks",
+                )
+            };
+        }
+        let split = self.attn == AttentionMode::Split;
         let mut params = [
             rd(q, st),
             rd(knew, st),
             rd(vnew, st),
             wr(kc, st),
             wr(vc, st),
-            wr(scores, st),
+            wr(&mut scratch.floats, st),
             wr(out, st),
             Param::I32(args.0),
             Param::I32(args.1),
@@ -493,13 +612,9 @@ impl DecodeKernels {
             rd(rope.inv_freq, st),
             Param::I32(args.4),
             Param::F32(rope.attn_factor),
-            Param::I32(i32::from(self.attn_split)),
+            Param::I32(i32::from(split)),
         ];
-        let threads = if self.attn_split {
-            HEAD_BLOCK_SPLIT
-        } else {
-            HEAD_BLOCK
-        };
+        let threads = if split { HEAD_BLOCK_SPLIT } else { HEAD_BLOCK };
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
             block_dim: (threads, 1, 1),
@@ -507,11 +622,12 @@ impl DecodeKernels {
         };
         // SAFETY: matches decode_ops.cu's attention_rope (f32* x 7, i32 x 3, i32*, i32, f32,
         // f32* or null x 2, f32, f32*, i32, f32, i32); split launches have at most
-        // TS_ATT_WARPS warps (the size of its shared partial sums); every buffer holds what the kernel indexes
-        // (checked above): q heads * hd, knew / vnew kvw, kc / vc cap * kvw with
-        // g * hd + d < kvw and rows j <= pos < cap (the kernel returns for any other pos),
-        // scores heads * cap, out heads * hd, norms hd, inv_freq `half` with
-        // 2 * half <= hd <= MAX_HEAD_DIM (the kernel's shared head buffers), pos one int.
+        // TS_ATT_WARPS warps (the size of its shared partial sums); every buffer holds what
+        // the kernel indexes (checked above): q heads * hd, knew / vnew kvw, kc / vc cap *
+        // kvw with g * hd + d < kvw and rows j <= pos < cap (the kernel returns for any
+        // other pos), the scratch at least heads * cap floats (its scores), out heads * hd,
+        // norms hd, inv_freq `half` with 2 * half <= hd <= MAX_HEAD_DIM (the kernel's
+        // shared head buffers), pos one int.
         unsafe {
             self.launch(
                 dev,
@@ -585,7 +701,7 @@ pub struct RopeArgs<'a> {
 }
 
 /// The dimensions of one attention launch.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,
@@ -604,6 +720,7 @@ mod tests {
             "add_rmsnorm",
             "add_vec",
             "attention_rope",
+            "attention_chunks",
             "swiglu",
             "argmax",
         ] {
@@ -618,6 +735,10 @@ mod tests {
                 .contains(&format!("#define TS_ATT_WARPS {}\n", HEAD_BLOCK_SPLIT / 32))
         );
         assert!(DECODE_OPS_SOURCE.contains(&format!("part[TS_ATT_WARPS * {MAX_HEAD_DIM}]")));
+        // attention_chunks: a chunk is one round of TS_ATT_ROWS positions a warp.
+        assert!(DECODE_OPS_SOURCE.contains("#define TS_ATT_CHUNK (TS_ATT_WARPS * TS_ATT_ROWS)\n"));
+        let rows = ATTENTION_CHUNK / (HEAD_BLOCK_SPLIT as usize / 32);
+        assert!(DECODE_OPS_SOURCE.contains(&format!("#define TS_ATT_ROWS {rows}\n")));
         assert!(DECODE_OPS_SOURCE.contains(&format!("qs[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains(&format!("ks[{MAX_HEAD_DIM}]")));
         assert!(DECODE_OPS_SOURCE.contains("#ifndef TS_MUTATE_DROP_ROPE"));
@@ -626,6 +747,29 @@ mod tests {
             DECODE_OPS_SOURCE.matches("__global__ void").count(),
             DECODE_OPS_SOURCE.matches("    TS_PDL_ENTER();\n").count()
         );
+    }
+
+    #[test]
+    fn attention_scratch_holds_every_mode() {
+        let shape = AttentionShape {
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            cap: 100,
+        };
+        // Chunk partials: 32 heads x 4 chunks x 130 floats, more than the 3200 scores.
+        assert_eq!(AttentionScratch::floats_for(shape), Some(32 * 4 * 130));
+        let long = AttentionShape {
+            head_dim: 8,
+            cap: 4096,
+            ..shape
+        };
+        assert_eq!(AttentionScratch::floats_for(long), Some(32 * 4096));
+        let huge = AttentionShape {
+            cap: usize::MAX,
+            ..shape
+        };
+        assert_eq!(AttentionScratch::floats_for(huge), None);
     }
 
     #[test]
