@@ -135,6 +135,64 @@ __device__ void norm_rope_head(float* head, int hd, const float* __restrict__ nw
     __syncthreads();
 }
 
+// The head's start, shared by both attention kernels (all threads of the block call it):
+// query head h and its group g's new k into shared memory, each normalised and rotated at
+// `pos` (norm_rope_head).
+__device__ void att_load_rotate(const float* __restrict__ q, const float* __restrict__ knew, float* qs,
+                                float* ks, int h, int g, int hd, const float* __restrict__ qn,
+                                const float* __restrict__ kn, float eps, const float* __restrict__ inv_freq,
+                                int half, float af, int pos, float* red) {
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        qs[i] = q[(size_t)h * hd + i];
+        ks[i] = knew[(size_t)g * hd + i];
+    }
+    __syncthreads();
+    norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
+    norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
+}
+
+// Row `pos` of the caches for group g: the rotated k and the new v (one block a group).
+__device__ void att_append(float* __restrict__ kc, float* __restrict__ vc, const float* ks,
+                           const float* __restrict__ vn, int pos, int kvw, int g, int hd) {
+    float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
+    float* vrow = vc + (size_t)pos * kvw + (size_t)g * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        krow[i] = ks[i];
+        vrow[i] = vn[i];
+    }
+}
+
+// Scores of up to TS_ATT_ROWS positions for one warp: acc[u] = q . k_u over hd dims, the
+// k rows at kp[u] (null: no position; acc[u] stays 0), summed over i = lane, lane + 32, ..
+// in that order, then over the warp (every lane gets the totals). Each round loads 4 dims
+// of every row before any is used, so one trip to memory serves 4 x TS_ATT_ROWS loads (a
+// loop that used each load before issuing the next paid the latency once a dim and row).
+__device__ __forceinline__ void att_scores(const float* qs, const float* (&kp)[TS_ATT_ROWS], int hd,
+                                           int lane, float (&acc)[TS_ATT_ROWS]) {
+#pragma unroll
+    for (int u = 0; u < TS_ATT_ROWS; ++u) acc[u] = 0.f;
+    for (int i0 = 0; i0 < hd; i0 += 128) {
+        float kv[TS_ATT_ROWS][4];
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int i = i0 + lane + 32 * t;
+                kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
+            }
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int i = i0 + lane + 32 * t;
+                if (i < hd) acc[u] += qs[i] * kv[u][t];
+            }
+    }
+#pragma unroll
+    for (int u = 0; u < TS_ATT_ROWS; ++u)
+        for (int o = 16; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+}
+
 // Grid: nh blocks (query heads), one token at position `pos` = *pos_p, read from device
 // memory (the host writes it before each step) so the launch's arguments do not change
 // from step to step and a CUDA graph captured once replays every step; the grid does not
@@ -168,29 +226,12 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     const int h = blockIdx.x, g = h / group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
-    float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
-    float* vrow = vc + (size_t)pos * kvw + (size_t)g * hd;
     const float* vn = vnew + (size_t)g * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        qs[i] = q[(size_t)h * hd + i];
-        ks[i] = knew[(size_t)g * hd + i];
-    }
-    __syncthreads();
-    norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
-    norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
-    if (h % group == 0) {
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            krow[i] = ks[i];
-            vrow[i] = vn[i];
-        }
-    }
+    att_load_rotate(q, knew, qs, ks, h, g, hd, qn, kn, eps, inv_freq, half, af, pos, red);
+    if (h % group == 0) att_append(kc, vc, ks, vn, pos, kvw, g, hd);
     const int seen = pos + 1;
     float* p = scores + (size_t)h * cap;
-    // Each warp scores TS_ATT_ROWS positions at once (j0 + u warps), their cached k loaded
-    // 4 dims a lane at a time before any is used, so one trip to memory serves
-    // 4 x TS_ATT_ROWS loads (a loop that used each load before issuing the next paid the
-    // latency once a dim and position). A position's sum runs over i = lane, lane + 32, ..
-    // in that order, as one position at a time would.
+    // Each warp scores TS_ATT_ROWS positions at once (j0 + u warps, att_scores).
     for (int j0 = warp; j0 < seen; j0 += TS_ATT_ROWS * warps) {
         const float* kp[TS_ATT_ROWS];
         float acc[TS_ATT_ROWS];
@@ -198,31 +239,11 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
         for (int u = 0; u < TS_ATT_ROWS; ++u) {
             const int j = j0 + u * warps;
             kp[u] = j < seen ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
-            acc[u] = 0.f;
         }
-        for (int i0 = 0; i0 < hd; i0 += 128) {
-            float kv[TS_ATT_ROWS][4];
+        att_scores(qs, kp, hd, lane, acc);
 #pragma unroll
-            for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int i = i0 + lane + 32 * t;
-                    kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
-                }
-#pragma unroll
-            for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int i = i0 + lane + 32 * t;
-                    if (i < hd) acc[u] += qs[i] * kv[u][t];
-                }
-        }
-#pragma unroll
-        for (int u = 0; u < TS_ATT_ROWS; ++u) {
-            float a = acc[u];
-            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-            if (lane == 0 && kp[u] != nullptr) p[j0 + u * warps] = a * scale;
-        }
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+            if (lane == 0 && kp[u] != nullptr) p[j0 + u * warps] = acc[u] * scale;
     }
     __syncthreads();
     float m = TS_NEG_INF;
@@ -327,21 +348,8 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
     const int chunks = (cap + TS_ATT_CHUNK - 1) / TS_ATT_CHUNK;
     const int jend = jc + TS_ATT_CHUNK < pos + 1 ? jc + TS_ATT_CHUNK : pos + 1;
     const float* vn = vnew + (size_t)g * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        qs[i] = q[(size_t)h * hd + i];
-        ks[i] = knew[(size_t)g * hd + i];
-    }
-    __syncthreads();
-    norm_rope_head(qs, hd, qn, eps, inv_freq, half, af, pos, red);
-    norm_rope_head(ks, hd, kn, eps, inv_freq, half, af, pos, red);
-    if (h % group == 0 && c == nc - 1) {
-        float* krow = kc + (size_t)pos * kvw + (size_t)g * hd;
-        float* vrow = vc + (size_t)pos * kvw + (size_t)g * hd;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            krow[i] = ks[i];
-            vrow[i] = vn[i];
-        }
-    }
+    att_load_rotate(q, knew, qs, ks, h, g, hd, qn, kn, eps, inv_freq, half, af, pos, red);
+    if (h % group == 0 && c == nc - 1) att_append(kc, vc, ks, vn, pos, kvw, g, hd);
     // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS.
     {
         const float* kp[TS_ATT_ROWS];
@@ -350,31 +358,11 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
         for (int u = 0; u < TS_ATT_ROWS; ++u) {
             const int j = jc + warp + u * TS_ATT_WARPS;
             kp[u] = j < jend ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
-            acc[u] = 0.f;
         }
-        for (int i0 = 0; i0 < hd; i0 += 128) {
-            float kv[TS_ATT_ROWS][4];
+        att_scores(qs, kp, hd, lane, acc);
 #pragma unroll
-            for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int i = i0 + lane + 32 * t;
-                    kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
-                }
-#pragma unroll
-            for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int i = i0 + lane + 32 * t;
-                    if (i < hd) acc[u] += qs[i] * kv[u][t];
-                }
-        }
-#pragma unroll
-        for (int u = 0; u < TS_ATT_ROWS; ++u) {
-            float a = acc[u];
-            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-            if (lane == 0) ps[warp + u * TS_ATT_WARPS] = kp[u] != nullptr ? a * scale : TS_NEG_INF;
-        }
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+            if (lane == 0) ps[warp + u * TS_ATT_WARPS] = kp[u] != nullptr ? acc[u] * scale : TS_NEG_INF;
     }
     __syncthreads();
     // The chunk's max and weights (every thread reads the TS_ATT_CHUNK scores).

@@ -303,21 +303,22 @@ impl PrepSource {
     }
 }
 
-/// One kernel parameter of an activation split, as `cuLaunchKernelEx` reads it (it copies
-/// the value at each address).
+/// One kernel parameter of a raw launch (`cuLaunchKernelEx` copies the value at each
+/// address it is given): a device pointer (0 for null) or a 32-bit scalar. The activation
+/// splits here and the decode kernels (crate::resident) pass their parameters this way.
 #[derive(Copy, Clone, Debug)]
-enum PrepArg {
+pub(crate) enum Param {
     Ptr(sys::CUdeviceptr),
     I32(i32),
     F32(f32),
 }
 
-impl PrepArg {
-    fn address(&mut self) -> *mut std::ffi::c_void {
+impl Param {
+    pub(crate) fn address(&mut self) -> *mut std::ffi::c_void {
         match self {
-            PrepArg::Ptr(p) => (p as *mut sys::CUdeviceptr).cast(),
-            PrepArg::I32(v) => (v as *mut i32).cast(),
-            PrepArg::F32(v) => (v as *mut f32).cast(),
+            Param::Ptr(p) => (p as *mut sys::CUdeviceptr).cast(),
+            Param::I32(v) => (v as *mut i32).cast(),
+            Param::F32(v) => (v as *mut f32).cast(),
         }
     }
 }
@@ -1479,16 +1480,16 @@ impl CudaBackend {
         let st = &self.stream;
         let (pg, _gg) = xg.device_ptr(st);
         let (pa, _ga) = xa.device_ptr(st);
-        let mut args: Vec<PrepArg> = Vec::with_capacity(10);
+        let mut args: Vec<Param> = Vec::with_capacity(10);
         match src {
             PrepSource::Plain(px) => args.extend([
-                PrepArg::Ptr(px),
-                PrepArg::Ptr(pg),
-                PrepArg::Ptr(pa),
-                PrepArg::I32(s_arg),
-                PrepArg::I32(xs_arg),
-                PrepArg::I32(tiles_arg),
-                PrepArg::I32(sp_arg),
+                Param::Ptr(px),
+                Param::Ptr(pg),
+                Param::Ptr(pa),
+                Param::I32(s_arg),
+                Param::I32(xs_arg),
+                Param::I32(tiles_arg),
+                Param::I32(sp_arg),
             ]),
             PrepSource::Norm {
                 src,
@@ -1498,20 +1499,19 @@ impl CudaBackend {
                 n,
                 eps,
             } => args.extend([
-                PrepArg::Ptr(src),
-                PrepArg::Ptr(d),
-                PrepArg::Ptr(weight),
-                PrepArg::Ptr(dst),
-                PrepArg::I32(n),
-                PrepArg::F32(eps),
-                PrepArg::Ptr(pg),
-                PrepArg::Ptr(pa),
-                PrepArg::I32(xs_arg),
-                PrepArg::I32(tiles_arg),
+                Param::Ptr(src),
+                Param::Ptr(d),
+                Param::Ptr(weight),
+                Param::Ptr(dst),
+                Param::I32(n),
+                Param::F32(eps),
+                Param::Ptr(pg),
+                Param::Ptr(pa),
+                Param::I32(xs_arg),
+                Param::I32(tiles_arg),
             ]),
         }
-        let mut params: Vec<*mut std::ffi::c_void> =
-            args.iter_mut().map(PrepArg::address).collect();
+        let mut params: Vec<*mut std::ffi::c_void> = args.iter_mut().map(Param::address).collect();
         // SAFETY: `args` holds one value of each parameter of the build's kernel, in order
         // (gemv.cu tile_prep: f32*, u16*, f32*, i32, i32, i32, i32; norm_prep: f32*, f32*
         // (0: none), f32*, f32*, i32, f32, u16*, f32*, i32, i32; device pointers as 64-bit

@@ -16,7 +16,7 @@
 //! tier's S = 1 GEMV rows minus the rotated formats (their activations would need the
 //! FWHT-256 on the device, which this path does not do yet), so such layers never take it.
 
-use crate::device::CudaBackend;
+use crate::device::{CudaBackend, Param};
 use crate::error::CudaError;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
@@ -195,25 +195,6 @@ impl AttentionScratch {
             .checked_mul(chunks)?
             .checked_mul(shape.head_dim.checked_add(2)?)?;
         Some(scores.max(partials).max(1))
-    }
-}
-
-/// One kernel parameter of a decode launch, as `cuLaunchKernelEx` reads it (it copies the
-/// value at each address it is given): a device pointer (0 for null) or a 32-bit scalar.
-#[derive(Copy, Clone, Debug)]
-enum Param {
-    Ptr(sys::CUdeviceptr),
-    I32(i32),
-    F32(f32),
-}
-
-impl Param {
-    fn address(&mut self) -> *mut std::ffi::c_void {
-        match self {
-            Param::Ptr(p) => (p as *mut sys::CUdeviceptr).cast(),
-            Param::I32(v) => (v as *mut i32).cast(),
-            Param::F32(v) => (v as *mut f32).cast(),
-        }
     }
 }
 
@@ -540,33 +521,39 @@ impl DecodeKernels {
             Some((qn, kn)) => (rd(qn, st), rd(kn, st)),
             None => (Param::Ptr(0), Param::Ptr(0)),
         };
+        // The two kernels' parameters: these six, (attention_chunks: the counters,) these
+        // thirteen, (attention_rope: the split flag).
+        let head = [
+            rd(q, st),
+            rd(knew, st),
+            rd(vnew, st),
+            wr(kc, st),
+            wr(vc, st),
+            wr(&mut scratch.floats, st),
+        ];
+        let tail = [
+            wr(out, st),
+            Param::I32(args.0),
+            Param::I32(args.1),
+            Param::I32(args.2),
+            rd(pos, st),
+            Param::I32(args.3),
+            Param::F32(scale),
+            qn,
+            kn,
+            Param::F32(rope.eps),
+            rd(rope.inv_freq, st),
+            Param::I32(args.4),
+            Param::F32(rope.attn_factor),
+        ];
         if self.attn == AttentionMode::Chunks {
             let chunks =
                 u32::try_from(cap.div_ceil(ATTENTION_CHUNK)).map_err(|_| CudaError::Input {
                     what: format!("attention: {cap} positions overflow the grid"),
                 })?;
-            let mut params = [
-                rd(q, st),
-                rd(knew, st),
-                rd(vnew, st),
-                wr(kc, st),
-                wr(vc, st),
-                wr(&mut scratch.floats, st),
-                wr(&mut scratch.counters, st),
-                wr(out, st),
-                Param::I32(args.0),
-                Param::I32(args.1),
-                Param::I32(args.2),
-                rd(pos, st),
-                Param::I32(args.3),
-                Param::F32(scale),
-                qn,
-                kn,
-                Param::F32(rope.eps),
-                rd(rope.inv_freq, st),
-                Param::I32(args.4),
-                Param::F32(rope.attn_factor),
-            ];
+            let mut params = head.to_vec();
+            params.push(wr(&mut scratch.counters, st));
+            params.extend(tail);
             let cfg = LaunchConfig {
                 grid_dim: (grid, chunks, 1),
                 block_dim: (HEAD_BLOCK_SPLIT, 1, 1),
@@ -592,28 +579,9 @@ impl DecodeKernels {
             };
         }
         let split = self.attn == AttentionMode::Split;
-        let mut params = [
-            rd(q, st),
-            rd(knew, st),
-            rd(vnew, st),
-            wr(kc, st),
-            wr(vc, st),
-            wr(&mut scratch.floats, st),
-            wr(out, st),
-            Param::I32(args.0),
-            Param::I32(args.1),
-            Param::I32(args.2),
-            rd(pos, st),
-            Param::I32(args.3),
-            Param::F32(scale),
-            qn,
-            kn,
-            Param::F32(rope.eps),
-            rd(rope.inv_freq, st),
-            Param::I32(args.4),
-            Param::F32(rope.attn_factor),
-            Param::I32(i32::from(split)),
-        ];
+        let mut params = head.to_vec();
+        params.extend(tail);
+        params.push(Param::I32(i32::from(split)));
         let threads = if split { HEAD_BLOCK_SPLIT } else { HEAD_BLOCK };
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
