@@ -1,6 +1,7 @@
 //! Times the CUDA device-resident decode path on a model folder and splits a step into its
-//! GEMVs and everything else (each timed alone over the same steps), so a figure against
-//! the bandwidth floor says where the time goes.
+//! GEMVs and everything else (each timed alone over the same steps), and times the step
+//! without its attention kernel, so a figure against the bandwidth floor says where the
+//! time goes.
 //!
 //! `cargo run --release -p engine --features cuda --example resident_bench -- MODEL_DIR
 //!  [--tokens 64] [--reps 64]`
@@ -93,14 +94,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 "{mode} profile over {reps} steps (no read-back), us per step (host enqueue \
                  time of it): all {:.1} ({:.1}) = {:.1} tokens/s; GEMVs alone {:.1} ({:.1}); \
                  the rest alone (norms, attention with RoPE, SwiGLU, argmax) {:.1} ({:.1}); \
-                 both with the embedding and position uploads",
+                 both with the embedding and position uploads; all but attention {:.1}",
                 t.step_s * 1e6,
                 t.step_enqueue_s * 1e6,
                 1.0 / t.step_s,
                 t.gemv_only_s * 1e6,
                 t.gemv_enqueue_s * 1e6,
                 t.other_only_s * 1e6,
-                t.other_enqueue_s * 1e6
+                t.other_enqueue_s * 1e6,
+                t.no_attention_s * 1e6
             );
         }
     }

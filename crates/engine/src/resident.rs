@@ -227,12 +227,15 @@ impl Launches {
 pub struct StepOps {
     pub gemv: bool,
     pub other: bool,
+    /// The attention kernel (among the others): off only to time a step without it.
+    pub attention: bool,
 }
 
 impl StepOps {
     pub const ALL: StepOps = StepOps {
         gemv: true,
         other: true,
+        attention: true,
     };
 }
 
@@ -941,7 +944,7 @@ impl Resident {
                 qkv,
                 ops,
             )?;
-            if ops.other {
+            if ops.other && ops.attention {
                 let nq = nh * hd;
                 let (qv, kv_new, vv) = (
                     qkv.slice(..nq),
@@ -1050,15 +1053,22 @@ impl Resident {
             let (step_s, step_enqueue_s) = time(StepOps::ALL, graph)?;
             let (gemv_only_s, gemv_enqueue_s) = time(
                 StepOps {
-                    gemv: true,
                     other: false,
+                    ..StepOps::ALL
                 },
                 graph,
             )?;
             let (other_only_s, other_enqueue_s) = time(
                 StepOps {
                     gemv: false,
-                    other: true,
+                    ..StepOps::ALL
+                },
+                graph,
+            )?;
+            let (no_attention_s, _) = time(
+                StepOps {
+                    attention: false,
+                    ..StepOps::ALL
                 },
                 graph,
             )?;
@@ -1066,6 +1076,7 @@ impl Resident {
                 step_s,
                 gemv_only_s,
                 other_only_s,
+                no_attention_s,
                 step_enqueue_s,
                 gemv_enqueue_s,
                 other_enqueue_s,
@@ -1115,6 +1126,9 @@ pub struct StepTimes {
     pub gemv_only_s: f64,
     /// Only the rest: norms, RoPE, attention, SwiGLU, argmax, and the two uploads.
     pub other_only_s: f64,
+    /// Every operation but the attention kernel (what attention costs the step; the
+    /// tokens are wrong without it, only the time counts).
+    pub no_attention_s: f64,
     /// Host time spent enqueueing (launch calls returning) in each of the three, per step:
     /// close to the total means the host's launch rate, not the GPU, sets the pace.
     pub step_enqueue_s: f64,
