@@ -392,7 +392,31 @@ impl Int4Body<'_, '_> {
         let nscales = self.t.scales().len() / 4;
         // The last quad's zero-padded copies (zeroed once, not every quad).
         let mut bufs = [[0u8; 128]; R];
+        // int4-g64: a whole quad's four group scales are the four f32 at group 4j of the
+        // row, so each row's scales are one pointer advanced by 16 bytes a quad.
+        let g64 = !by_row && self.gs == 64 && self.qperiod == 1;
+        let mut srow = [std::ptr::null::<u8>(); R];
+        if g64 {
+            for r in 0..R {
+                // SAFETY: row o + r's scales start inside the buffer (o + r < rows).
+                srow[r] = unsafe { scales.add(4 * (o + r) * self.ng) };
+            }
+        }
         for j in 0..quads {
+            if g64 && j < whole {
+                for r in 0..R {
+                    // SAFETY: quad j < whole lies in each row and its groups 4j..4j+4 in
+                    // the row's scales (a whole quad is 256 weights of the row).
+                    unsafe {
+                        w[r] = rows[r].add(128 * j);
+                        sv[r] = Q::fquad(srow[r].add(16 * j).cast());
+                    }
+                }
+                g += self.quad_step;
+                // SAFETY: see above.
+                unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
+                continue;
+            }
             for r in 0..R {
                 w[r] = if j < whole {
                     // SAFETY: see above.
@@ -550,12 +574,13 @@ unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
 }
 
 impl QBody for Int4Body<'_, '_> {
-    /// int4-row: eight rows share each activation load on long rows (measured: [6144 x
-    /// 16384] 1.36-1.41 ms against 1.58-1.62 four at a time; int4-g64, whose scales add a
-    /// load and a multiply a row and quad, did not gain: 1.93-2.35 against 1.93-1.94 ms;
-    /// read-pair alternated, 2026-11-30 13:01 UTC).
+    /// int4-row and int4-g64: eight rows share each activation load on long rows
+    /// (measured, read-pair alternated on [6144 x 16384]: int4-row 1.36-1.41 ms against
+    /// 1.58-1.62 four at a time, 2026-11-30 13:01 UTC; int4-g64 with its quad scales from
+    /// one pointer a row (`quads`) 2.06-2.18 against 2.20-2.35 ms, 17:47 UTC; before that
+    /// scale path it did not gain).
     fn eight_rows(&self) -> bool {
-        self.gs == 0
+        self.gs == 0 || self.gs == 64
     }
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
