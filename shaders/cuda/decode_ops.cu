@@ -26,8 +26,9 @@
 // without it, or before sm_90, both are no-ops.
 
 #define TS_BLOCK 1024
-// Values an add_rmsnorm thread loads at once (4: the H200's decode step was 21 us faster than
-// with 8, session 8), and an argmax thread.
+// Values an add_rmsnorm thread loads at once, and an argmax thread. (Session 8, H200: the
+// step's other kernels, add_rmsnorm among them, took 447 us with 4 and 467 us with 8, the
+// latter in a call that also ran TS_ATT_ROWS 8.)
 #define TS_NORM_SLOTS 4
 #define TS_ARGMAX_SLOTS 8
 // The most warps an attention_rope block may have when it splits the positions (`split`).
@@ -321,7 +322,8 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
 // round). A single chunk writes o_c / l_c. Otherwise each block stores (m_c, l_c, o_c) in
 // ws [nh, chunks, hd + 2]; the last block of a head to arrive (cnt [nh], zero before the
 // launch, reset by that block) combines them: M = max m_c, out = sum e^(m_c - M) o_c /
-// sum e^(m_c - M) l_c. Two rounds of loads a block instead of two a 32 positions.
+// sum e^(m_c - M) l_c. A block thus waits on two rounds of loads, where attention_rope's
+// block waits on two for every 32 positions.
 #define TS_ATT_CHUNK (TS_ATT_WARPS * TS_ATT_ROWS)
 extern "C" __global__ void attention_chunks(const float* __restrict__ q,
                                             const float* __restrict__ knew,

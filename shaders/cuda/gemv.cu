@@ -2092,7 +2092,8 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
 // Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
 #define TS_PREP_COLS 2048
 // Threads of a norm_prep block, 8 columns each: grid ceil(xs / (8 x this)). Small blocks
-// win (H200, session 8: 128 beat 256, 512 and 1024 threads in front of the Llama-3-8B GEMVs).
+// won on the H200 (session 8, docs/ENGINE.md): 128 against 256 in front of the same GEMVs,
+// 256 against 512 and 1024 over the whole decode step.
 #define TS_PREP_FUSED_THREADS 128
 // Columns a fused-split thread loads at once in its whole-row pass.
 #define TS_PREP_SLOTS 16

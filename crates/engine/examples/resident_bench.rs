@@ -12,8 +12,9 @@
 //! `TESSERA_RESIDENT_UNFUSED=1` keeps q/k/v and gate/up as separate GEMVs,
 //! `TESSERA_RESIDENT_PDL=0` launches the decode kernels without programmatic dependent
 //! launch, `TESSERA_RESIDENT_ATTN=serial|split` runs attention with the positions over one
-//! block's threads or warps instead of in chunks of their own blocks, `TESSERA_RESIDENT_PROLOGUE=0` runs RMSNorm as a kernel of its own instead
-//! of inside the GEMVs' activation splits.
+//! block's threads or warps instead of in chunks of their own blocks,
+//! `TESSERA_RESIDENT_PROLOGUE=0` runs RMSNorm as a kernel of its own instead of inside the
+//! GEMVs' activation splits.
 
 use engine::{BackendChoice, LoadOptions, Model, ModelSource};
 

@@ -28,7 +28,7 @@
 //! Where the GEMV after an RMSNorm is one tensor whose split runs on the device, the norm
 //! (and the residual add before it) runs inside that split
 //! (`CudaBackend::gemv_launch_resident_norm`): 65 launches fewer a Llama-3-8B step,
-//! 408 -> 431 tokens/s on the H200 (docs/ENGINE.md). The split's blocks all read the old
+//! 408 -> 431 tokens/s on the H200 in one call (docs/ENGINE.md). The split's blocks all read the old
 //! residual whole, so the updated one goes to the other of two buffers and the stream
 //! alternates between them in the same order every step (the graph replays it).
 //! `TESSERA_RESIDENT_PROLOGUE=0` runs add_rmsnorm as its own kernel instead.

@@ -1454,8 +1454,8 @@ impl CudaBackend {
             small(tiles, "column tiles")?,
             small(sp, "padded S")?,
         );
-        // tile_prep: blocks of 2048 columns (gemv.cu TS_PREP_COLS) per activation row; the
-        // fused prologues: blocks of 8 x 1024 columns (TS_PREP_FUSED_THREADS), one row.
+        // tile_prep: blocks of 2048 columns (gemv.cu TS_PREP_COLS) per activation row;
+        // norm_prep: blocks of 8 x PREP_FUSED_THREADS columns, one row.
         let cfg = match src {
             PrepSource::Plain(_) => LaunchConfig {
                 grid_dim: (
@@ -1515,14 +1515,15 @@ impl CudaBackend {
         // SAFETY: `args` holds one value of each parameter of the build's kernel, in order
         // (gemv.cu tile_prep: f32*, u16*, f32*, i32, i32, i32, i32; norm_prep: f32*, f32*
         // (0: none), f32*, f32*, i32, f32, u16*, f32*, i32, i32; device pointers as 64-bit
-        // CUdeviceptr values) and outlives
-        // the call. The input pointers address what `PrepSource` documents, checked by the
-        // public entries that made it (tile_prep reads S x xs floats, block s < S row s only;
-        // norm_prep reads n floats of src, d and weight and writes n of dst); `xg` holds at least tiles * 8 * xs halves (tile layout) or 2 S
-        // xs (16-row layout), and `xa` sp + sp * xs / 128 floats, exactly what the build's
-        // offsets and sums index for s < sp (sized or re-allocated above). Built with
-        // -DTS_PDL when `tuning.pdl` (the key carries `tuning`), each of the two waits for
-        // the previous kernel before any access, which the programmatic launch needs.
+        // CUdeviceptr values) and outlives the call. The input pointers address what
+        // `PrepSource` documents, checked by the public entries that made it (tile_prep
+        // reads S x xs floats, block s < S row s only; norm_prep reads n floats of src, d
+        // and weight and writes n of dst); `xg` holds at least tiles * 8 * xs halves (tile
+        // layout) or 2 S xs (16-row layout), and `xa` sp + sp * xs / 128 floats, exactly
+        // what the build's offsets and sums index for s < sp (sized or re-allocated above).
+        // Built with -DTS_PDL when `tuning.pdl` (the key carries `tuning`), each of the two
+        // waits for the previous kernel before any access, which the programmatic launch
+        // needs.
         unsafe { self.launch_ex(&prep, cfg, &mut params, tuning.pdl) }.map_err(
             CudaError::driver(if tuning.pdl {
                 "launching the activation split (programmatic dependent launch)"
@@ -1544,10 +1545,21 @@ impl CudaBackend {
     /// Rotated formats never fuse: their GEMV reads activations in the rotated domain,
     /// which the fused split does not produce.
     pub fn resident_prologue_fusable(&self, w: &DeviceTensor) -> bool {
-        w.format.spec().rotation == quant_core::Rotation::None
-            && caps::lookup(Op::Gemv, w.format, 1).is_ok_and(|cap| {
-                cap.mma_for(w.shape.row_bytes as usize).is_some() && !tiles_at(cap, &self.tuning, 1)
-            })
+        self.fused_kernel(w).is_some()
+    }
+
+    /// The capability row and 16-row kernel an S = 1 fused-prologue launch of `w` runs,
+    /// or None where [`CudaBackend::resident_prologue_fusable`] is false.
+    fn fused_kernel(
+        &self,
+        w: &DeviceTensor,
+    ) -> Option<(&'static caps::Capability, caps::MmaKernel)> {
+        if w.format.spec().rotation != quant_core::Rotation::None {
+            return None;
+        }
+        let cap = caps::lookup(Op::Gemv, w.format, 1).ok()?;
+        let m = cap.mma_for(w.shape.row_bytes as usize)?;
+        (!tiles_at(cap, &self.tuning, 1)).then_some((cap, m))
     }
 
     /// The fused launch of a prologue (S = 1), after the caller checked its buffers;
@@ -1558,19 +1570,13 @@ impl CudaBackend {
         src: PrepSource,
         y: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), CudaError> {
-        let cap = caps::lookup(Op::Gemv, w.format, 1)?;
-        let rotated = w.format.spec().rotation != quant_core::Rotation::None;
-        match cap.mma_for(w.shape.row_bytes as usize) {
-            Some(m) if !rotated && !tiles_at(cap, &self.tuning, 1) => {
-                self.launch_resident_mma(w, cap.kernel, m, false, src, 1, y, &self.tuning)
-            }
-            Some(_) | None => Err(CudaError::Shape {
-                format: w.format,
-                what: "a fused prologue needs the 16-row tensor-core GEMV at S = 1 \
-                       (resident_prologue_fusable is false)"
-                    .to_string(),
-            }),
-        }
+        let (cap, m) = self.fused_kernel(w).ok_or_else(|| CudaError::Shape {
+            format: w.format,
+            what: "a fused prologue needs the 16-row tensor-core GEMV at S = 1 \
+                   (resident_prologue_fusable is false)"
+                .to_string(),
+        })?;
+        self.launch_resident_mma(w, cap.kernel, m, false, src, 1, y, &self.tuning)
     }
 
     /// y = W . x at S = 1 with x = weight * v / sqrt(mean(v^2) + eps) over `n` columns (the

@@ -669,7 +669,7 @@ pub struct RopeArgs<'a> {
 }
 
 /// The dimensions of one attention launch.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug)]
 pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,

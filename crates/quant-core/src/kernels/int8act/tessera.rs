@@ -394,7 +394,7 @@ impl Int4Body<'_, '_> {
         let mut bufs = [[0u8; 128]; R];
         // int4-g64: a whole quad's four group scales are the four f32 at group 4j of the
         // row, so each row's scales are one pointer advanced by 16 bytes a quad.
-        let g64 = !by_row && self.gs == 64 && self.qperiod == 1;
+        let g64 = !by_row && self.gs == 64;
         let mut srow = [std::ptr::null::<u8>(); R];
         if g64 {
             for r in 0..R {
