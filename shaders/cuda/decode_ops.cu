@@ -12,10 +12,13 @@
 //                    GQA attention over the cache, softmax with max subtraction, output into
 //                    the o_proj input (padding untouched)
 //   attention_chunks the same with the positions in chunks of TS_ATT_CHUNK, a block each,
-//                    combined by each head's last block (the engine's default)
+//                    combined by each head's last block (the engine's default); with a
+//                    split buffer it also writes the o projection's split (split.cuh), so
+//                    that GEMV needs no split launch of its own
 //   swiglu           out = silu(g) * u
+//   swiglu_split     the same, also writing the split of the GEMV after it (split.cuh)
 //   argmax           first index of the largest logit
-// Compiled by NVRTC (no headers). TS_MUTATE_DROP_ROPE (mutation tests only) skips the
+// Compiled by NVRTC (no headers; split.cuh's text is prepended). TS_MUTATE_DROP_ROPE (mutation tests only) skips the
 // rotation, so the engine's GPU test can be shown to catch a broken kernel.
 //
 // Programmatic dependent launch (sm_90+): every kernel starts with TS_PDL_ENTER, which lets
@@ -312,6 +315,21 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     }
 }
 
+// Head h's output o [hd] (shared memory, past a barrier) into the split of the GEMV after
+// attention (split.cuh: the 16-row layout, S = 1, columns h hd ..). hd is a multiple of
+// TS_SPLIT_SEG (the host checks), so the head's segments are its own: threads 0 .. hd / 8
+// take 8 columns each, whole warps call the split (its shuffles), the rest leave.
+__device__ void att_split(const float* o, int h, int hd, unsigned short* __restrict__ xg,
+                          float* __restrict__ xa, int xs, int nib) {
+    const int tid = threadIdx.x, cols = hd / 8;
+    if ((tid >> 5) * 32 >= cols) return;  // whole warps
+    const bool in = tid < cols;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = in ? o[8 * tid + e] : 0.f;
+    ts_seg_split(v, in, 0, 1, (long long)h * hd + 8 * tid, xg, xa, xs, nib != 0);
+}
+
 // The same attention with the positions cut into chunks of TS_ATT_CHUNK, one block each
 // (flash decoding): grid (nh, ceil(cap / TS_ATT_CHUNK)), TS_ATT_WARPS warps a block; block
 // (h, c) with c TS_ATT_CHUNK > pos leaves at once, so the grid does not depend on the
@@ -333,7 +351,9 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
                                             int hd, int group, int kvw, const int* __restrict__ pos_p,
                                             int cap, float scale, const float* __restrict__ qn,
                                             const float* __restrict__ kn, float eps,
-                                            const float* __restrict__ inv_freq, int half, float af) {
+                                            const float* __restrict__ inv_freq, int half, float af,
+                                            unsigned short* __restrict__ xg, float* __restrict__ xa, int xs,
+                                            int nib) {
     TS_PDL_ENTER();
     const int pos = *pos_p;
     const int c = blockIdx.y, jc = c * TS_ATT_CHUNK;
@@ -405,12 +425,18 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
         float o = 0.f;
         for (int w = 0; w < TS_ATT_WARPS; ++w) o += part[w * hd + d];
         if (nc == 1) {
-            out[(size_t)h * hd + d] = o / l;
+            out[(size_t)h * hd + d] = qs[d] = o / l;  // qs: free since the scores
         } else {
             wsc[2 + d] = o;
         }
     }
-    if (nc == 1) return;
+    if (nc == 1) {
+        if (xg != nullptr) {
+            __syncthreads();
+            att_split(qs, h, hd, xg, xa, xs, nib);
+        }
+        return;
+    }
     if (threadIdx.x == 0) {
         wsc[0] = m;
         wsc[1] = l;
@@ -438,9 +464,13 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
             const float* wk = wsh + (size_t)k * (hd + 2);
             o += __ldcg(wk + 2 + d) * expf(__ldcg(wk) - mm);
         }
-        out[(size_t)h * hd + d] = o * inv;
+        out[(size_t)h * hd + d] = qs[d] = o * inv;
     }
     if (threadIdx.x == 0) cnt[h] = 0u;  // ready for the next launch
+    if (xg != nullptr) {
+        __syncthreads();
+        att_split(qs, h, hd, xg, xa, xs, nib);
+    }
 }
 
 // out [n] = silu(g) * u.
@@ -451,6 +481,55 @@ extern "C" __global__ void swiglu(const float* __restrict__ g, const float* __re
     if (i < n) {
         const float v = g[i];
         out[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+// swiglu that also writes the split of the GEMV after it (split.cuh: the 16-row layout,
+// S = 1, columns 0 .. xs, zeros past n): one block of TS_SPLIT_SEG threads a segment, one
+// column a thread (as many threads in flight as swiglu's), the segment's max and sum by a
+// block reduction. Same arithmetic as swiglu.
+extern "C" __global__ void swiglu_split(const float* __restrict__ g, const float* __restrict__ u,
+                                        float* __restrict__ out, int n, unsigned short* __restrict__ xg,
+                                        float* __restrict__ xa, int xs, int nib) {
+    TS_PDL_ENTER();
+    __shared__ float red[TS_SPLIT_SEG / 32][2];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long i = (long long)blockIdx.x * TS_SPLIT_SEG + tid;
+    float v = 0.f;
+    if (i < n) {
+        const float gv = g[i];
+        v = gv / (1.0f + expf(-gv)) * u[i];
+        out[i] = v;
+    }
+    float m = fabsf(v);
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    if (lane == 0) red[warp][0] = m;
+    __syncthreads();
+    m = red[0][0];
+#pragma unroll
+    for (int w = 1; w < TS_SPLIT_SEG / 32; ++w) m = fmaxf(m, red[w][0]);
+    float p, inv;
+    ts_split_p(m, p, inv);
+    const float x = v * p;  // exact: p is a power of two in range
+    float t = x;
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
+    if (lane == 0) red[warp][1] = t;
+    if (i >= xs) return;  // (xs is a multiple of the block: uniform)
+    const unsigned hi = ts_f16_rn(x), lo = ts_f16_rn(x - ts_f16_f32(hi));
+    const int e = (int)(i & 7);
+    const long long at = i - e + (nib ? 2 * (e & 3) + (e >> 2) : e);
+    xg[at] = (unsigned short)hi;
+    xg[(long long)xs + at] = (unsigned short)lo;
+    __syncthreads();
+    if (tid == 0) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < TS_SPLIT_SEG / 32; ++w) sum += red[w][1];
+        const long long segs = xs / TS_SPLIT_SEG;
+        xa[blockIdx.x] = inv;
+        xa[segs + blockIdx.x] = sum;
     }
 }
 

@@ -856,36 +856,6 @@ TS_DEV void ld_xg(const u8* xh, int xs, int xr, i64 c, u32 (&v)[NW]) {
     }
 }
 
-// The split's power of two for a row with max |x| = mm (tile_prep's and the host's rule):
-// p = 2^(14 - e), max |x| in [2^e, 2^(e+1)), clamped to 2^-100 .. 2^100; p = 1 for a zero
-// or non-finite row. e from the exponent bits: a subnormal mm reads e = -127 instead of its
-// true exponent, which the clamp maps to the same 2^100.
-TS_DEV void split_p(float mm, float& p, float& inv) {
-    p = 1.0f;
-    inv = 1.0f;
-    if (mm > 0.0f && mm <= 3.40282347e38f) {
-        union {
-            float f;
-            u32 u;
-        } c;
-        c.f = mm;
-        int k = 14 - ((int)((c.u >> 23) & 0xFFu) - 127);
-        k = k < -100 ? -100 : (k > 100 ? 100 : k);
-        p = as_f((u32)(127 + k) << 23);
-        inv = as_f((u32)(127 - k) << 23);
-    }
-}
-
-TS_DEV u32 f32_to_h(float f) {
-#ifdef TS_HOST
-    return f32_to_f16_bits(f);
-#else
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return (u32)h;
-#endif
-}
-
 // Programmatic dependent launch (-DTS_PDL, sm_90+): the kernel lets the next kernel of the
 // stream launch at once (`pdl_launch`) and waits for the previous one (`pdl_wait`) only
 // before it touches data a kernel may have written (activations, outputs, scratch). A
@@ -948,15 +918,20 @@ struct MmaChains {
 #endif
 };
 
-// Columns of one segment of the activation sums (layout.rs MMA_SUM_SEGMENT): a k-block of
-// the 4-bit affine formats, whose zero term is zero * (sum of x over the k-block).
+// Columns of one segment of the split activation (layout.rs MMA_SUM_SEGMENT, split.cuh
+// TS_SPLIT_SEG): each has its own p in the 16-row layout, and its sum of x p (the 4-bit
+// affine formats' zero term: zero * (sum of x over a k-block)).
 #define TS_SUM_SEG 128
 
 struct MArgs {
     const u8* w;
     const u8* sc;
     const u8* xh;     // [2S, xs] f16: row 2s = x_hi of activation s, row 2s + 1 = x_lo
-    const float* xa;  // [S] 1/p, then [S, xs / TS_SUM_SEG] sums of x * p over segments
+    // [S, xs / TS_SUM_SEG] 1/p of each segment, then [S, xs / TS_SUM_SEG] sums of x * p
+    // over segments (layout.rs split_activations): p is chosen per 128-column segment, so a
+    // producer that sees only its own segments can write the split (tile GEMV and GEMM
+    // layouts keep one p a row: GArgs).
+    const float* xa;
     i64 rb;
     int O;
     int xs;
@@ -1183,6 +1158,7 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         NCLS = MmaClasses<FMT, GS, CBT>::N,
     };
     static_assert(U >= 1 && TS_MMA_STAGE % CBT == 0, "a stage is whole chunks");
+    static_assert(TS_SUM_SEG % KB_COLS == 0, "a k-block sits inside one segment of the split");
     static_assert(GS == 0 || GS % (KB_COLS / NCLS) == 0, "a k-block class must sit inside one group");
     static_assert(NCLS == 1 || (KB_COLS % NCLS == 0 && 2 * S * NCLS <= 8 && (4 % NCLS) == 0),
                   "group classes need 2 S N <= 8 free B columns");
@@ -1278,6 +1254,26 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         for (int u = 0; u < U; ++u) {
             const i64 kb = kb0 + (i64)u * ustep;
             if (kb >= kend) break;  // uniform across the warp
+            // The k-block's segment 1/p (and sum, affine formats) of each activation this
+            // lane folds, loaded with the activations so their latency overlaps (C columns
+            // 2t, 2t + 1 of n-tile nt are activation 4 nt + t; with group classes activation
+            // t % S of class t / S).
+            const i64 segs = a.xs / TS_SUM_SEG, seg = mma_col0<FMT, CBT>(kb, 0) / TS_SUM_SEG;
+            float inv[L][NT], xsum[L][NT];
+#pragma unroll
+            for (int l = 0; l < L; ++l) {
+                const int t = (lane0 + l) & 3;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int s = NCLS > 1 ? t % S : 4 * nt + t;
+                    inv[l][nt] = 0.0f;
+                    xsum[l][nt] = 0.0f;
+                    if (s < S) {
+                        inv[l][nt] = a.xa[(i64)s * segs + seg];
+                        if constexpr (F::AFFINE) xsum[l][nt] = a.xa[(i64)(S + s) * segs + seg];
+                    }
+                }
+            }
             u32 xv[L][NT][NXW];
 #pragma unroll
             for (int l = 0; l < L; ++l) {
@@ -1311,9 +1307,10 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
                     }
                 }
             }
-            // Row-scaled formats accumulate straight into acc; the others per k-block. The
-            // k-block's MMAs alternate between CH independent accumulators (chains), so
-            // consecutive MMAs do not wait on each other; they are summed after the k-block.
+            // Every k-block's partial is folded into acc with its segment's 1/p (and its
+            // group / tile / block scale). The k-block's MMAs alternate between CH
+            // independent accumulators (chains), so consecutive MMAs do not wait on each
+            // other; they are summed after the k-block.
             float cc[CH][L][NT][4];
 #pragma unroll
             for (int ch = 0; ch < CH; ++ch)
@@ -1322,7 +1319,7 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = (SCALED || ch > 0) ? 0.0f : acc[l][nt][q];
+                        for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = 0.0f;
 #pragma unroll
             for (int wi = 0; wi < NW; ++wi) {
                 u32 p[L][2][F::PW];
@@ -1371,33 +1368,26 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
                         for (int ch = 1; ch < CH; ++ch) v += cc[ch][l][nt][q];
                         c[l][nt][q] = v;
                     }
-            if constexpr (!SCALED) {
-#pragma unroll
-                for (int l = 0; l < L; ++l)
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) acc[l][nt][q] = c[l][nt][q];
-            } else {
-                // Fold this k-block's partial with its scale (and zero term).
-                const i64 col_kb = mma_col0<FMT, CBT>(kb, 0);
+            {
+                // Fold this k-block's partial with its segment's 1/p and its scale (and zero
+                // term).
 #pragma unroll
                 for (int l = 0; l < L; ++l) {
-                    const int lane = lane0 + l, t = lane & 3;
                     float d[2], z[2];
+                    if constexpr (SCALED) {
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(r[u][l][h], d[h], z[h]);
+                        for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(r[u][l][h], d[h], z[h]);
+                    } else {
+                        d[0] = d[1] = 1.0f;
+                        z[0] = z[1] = 0.0f;
+                    }
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        const int s = 4 * nt + t;
-                        float xsum = 0.0f;
-                        if constexpr (F::AFFINE) {
-                            if (s < S) xsum = a.xa[S + (i64)s * (a.xs / TS_SUM_SEG) + col_kb / TS_SUM_SEG];
-                        }
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            acc[l][nt][2 * h] += d[h] * c[l][nt][2 * h] + z[h] * xsum;
-                            acc[l][nt][2 * h + 1] += d[h] * c[l][nt][2 * h + 1];
+                            const float di = d[h] * inv[l][nt];
+                            acc[l][nt][2 * h] += di * c[l][nt][2 * h] + (z[h] * inv[l][nt]) * xsum[l][nt];
+                            acc[l][nt][2 * h + 1] += di * c[l][nt][2 * h + 1];
                         }
                     }
                 }
@@ -1551,8 +1541,8 @@ TS_DEV void mma_class_sum(float (&tot)[L][MmaShape<S>::NT][4]) {
     }
 }
 
-// Lane-local end: the (warp-summed) tile partial of this lane -> y, times 1/p and the
-// per-row scale.
+// Lane-local end: the (warp-summed) tile partial of this lane (1/p already folded per
+// k-block) -> y, times the per-row scale.
 // With group classes (NCLS > 1), after `mma_class_sum` lane t < S holds activation t.
 template <int FMT, int S, int NCLS = 1>
 TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaShape<S>::NT][4], float* y) {
@@ -1561,12 +1551,11 @@ TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaSh
     for (int nt = 0; nt < MmaShape<S>::NT; ++nt) {
         const int s = NCLS > 1 ? t : 4 * nt + t;
         if (s >= S) continue;
-        const float inv_p = a.xa[s];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + g + 8 * h;
             if (row >= a.O) continue;
-            float v = (tot[nt][2 * h] + tot[nt][2 * h + 1]) * inv_p;
+            float v = tot[nt][2 * h] + tot[nt][2 * h + 1];
             if constexpr (MmaFmt<FMT>::ROW_SCALE) v *= TS_SCALE(scale_f32(a.sc, row));
             y[(i64)s * a.O + row] = v;
         }
@@ -2044,30 +2033,30 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
 TS_GEMM_KERNEL(TS_GEMM)
 
 #elif defined(TS_PREP)
-// Tile-GEMV activation build (-DTS_PREP -DTS_MMA=<CBT> -DTS_PREP_NIB=<0|1>): exports
-// tile_prep, (const float* x, unsigned short* xg, float* xa, int S, int xs, int nbt, int sp).
-// The device twin of layout.rs `gemm_activations` with two parts, for activations already on
-// the device ([S, xs] f32, zero past I, in the stored domain): per row s, p = 2^(14 - e) with
-// max |x| in [2^e, 2^(e+1)) (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite
-// row), x_hi = f16(x p), x_lo = f16(x p - x_hi), both round-to-nearest of values exact in f32,
-// so the halves are the host's whenever both pick the same p (the host takes e from an f32
-// log2, which may round up just below a power of two: then p differs by 2, equally exact); xa = [sp] 1/p, then [sp, xs / 128] sums of x p
-// (summed in f32 here, in f64 on the host). Rows s in [S, sp) are padding: zero halves,
-// 1/p = 1, zero sums. Grid: (ceil(xs / TS_PREP_COLS), sp) blocks of 256 threads, block
-// (c, s) splitting columns c TS_PREP_COLS .. of row s.
-// With -DTS_PREP_ROWS it writes the 16-row tensor-core GEMV's layout instead (layout.rs
-// `split_activations`): halves [2S, xs], row 2s + part, 4-bit formats in nibble order within
-// each 8 columns; xa [S] 1/p, then [S, xs / 128] sums (launched with sp = S, nbt unused).
+// Activation builds (-DTS_PREP -DTS_MMA=<CBT> -DTS_PREP_NIB=<0|1>), for activations already
+// on the device ([S, xs] f32, zero past I, in the stored domain).
+//
+// Without -DTS_PREP_ROWS: tile_prep (const float* x, unsigned short* xg, float* xa, int S,
+// int xs, int nbt, int sp) writes the split-K tile GEMV's layout, the device twin of
+// layout.rs `gemm_activations` with two parts: per row s one p = 2^(14 - e) with max |x| in
+// [2^e, 2^(e+1)) (split.cuh's rule over the whole row), x_hi = f16(x p), x_lo = f16(x p -
+// x_hi), both round-to-nearest of values exact in f32, so the halves are the host's; xa =
+// [sp] 1/p, then [sp, xs / 128] sums of x p (summed in f32 here, in f64 on the host). Rows s
+// in [S, sp) are padding: zero halves, 1/p = 1, zero sums. Grid: (ceil(xs / TS_PREP_COLS),
+// sp) blocks of 256 threads, block (c, s) splitting columns c TS_PREP_COLS .. of row s.
+//
+// With -DTS_PREP_ROWS: the 16-row tensor-core GEMV's layout (layout.rs `split_activations`,
+// split.cuh: one p per 128-column segment): tile_prep with the same parameters (sp = S, nbt
+// unused), and norm_prep, the engine's RMSNorm computed inside the split (below).
 #ifndef TS_PREP_NIB
 #error "compile with -DTS_PREP_NIB=<0|1>"
 #endif
-TS_DEV u32 f32_to_f16_rn(float f) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return (u32)h;
-}
+// Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
+#define TS_PREP_COLS 2048
+
+#ifndef TS_PREP_ROWS
 // Offset (in halves) of B column n, column i: layout.rs GemmLayout::offset.
-TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
+TS_DEV i64 tile_offset(int n, i64 i, int nbt) {
     enum { CPB = TS_PREP_NIB ? 2 : 1, SC = 64 * CPB, LANE_COLS = TS_MMA * CPB, KBC = 4 * LANE_COLS, NQ = LANE_COLS / 8 };
     const i64 st = i / SC;
     const int ii = (int)(i % SC);
@@ -2076,31 +2065,12 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt, int xs_rows) {
     const int q = cw / 8, e = cw % 8;
     const int pos = TS_PREP_NIB ? 2 * (e % 4) + e / 4 : e;
     const int nt = n / 8, g = n % 8;
-#ifdef TS_PREP_ROWS
-    (void)st;
-    (void)kb;
-    (void)t;
-    (void)q;
-    (void)nt;
-    (void)g;
-    (void)nbt;
-    return (i64)n * xs_rows + (i - e + pos);
-#else
     return (st * nbt + nt) * (i64)(SC * 8) + (((kb * NQ + q) * 8 + g) * 4 + t) * 8 + pos;
-#endif
 }
-// Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
-#define TS_PREP_COLS 2048
-// Threads of a norm_prep block, 8 columns each: grid ceil(xs / (8 x this)). Small blocks
-// won on the H200 (session 8, docs/ENGINE.md): 128 against 256 in front of the same GEMVs,
-// 256 against 512 and 1024 over the whole decode step.
-#define TS_PREP_FUSED_THREADS 128
-// Columns a fused-split thread loads at once in its whole-row pass.
-#define TS_PREP_SLOTS 16
 
-// Thread 0 of the block derives p = 2^(14 - e) from the row's max |x| in [2^e, 2^(e+1))
-// (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite row) into pp[0], 1/p into
-// pp[1], and block 0 of the row stores 1/p at xa[s]. `red` holds the block's warp maxima.
+// Thread 0 of the block derives p and 1/p from the row's max |x| (split.cuh `ts_split_p`)
+// into pp[0], pp[1], and block 0 of the row stores 1/p at xa[s]. `red` holds the block's
+// warp maxima.
 TS_DEV void prep_scale(float m, float* red, float* pp, float* __restrict__ xa, int s) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
 #pragma unroll
@@ -2110,66 +2080,36 @@ TS_DEV void prep_scale(float m, float* red, float* pp, float* __restrict__ xa, i
     if (tid == 0) {
         float mm = 0.0f;
         for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
-        float p = 1.0f, inv = 1.0f;
-        if (mm > 0.0f && isfinite(mm)) {
-            int k = 14 - ilogbf(mm);
-            k = k < -100 ? -100 : (k > 100 ? 100 : k);
-            p = ldexpf(1.0f, k);
-            inv = ldexpf(1.0f, -k);
-        }
-        pp[0] = p;
-        pp[1] = inv;
-        if (blockIdx.x == 0) xa[s] = inv;
+        ts_split_p(mm, pp[0], pp[1]);
+        if (blockIdx.x == 0) xa[s] = pp[1];
     }
     __syncthreads();
 }
 
 // Stores one thread's 8 columns i0 .. i0 + 7 of row s (`v`: x p, zeros past the row or on
-// padding rows) as halves in the layout of the build, and the sums of x p over 128-column
-// segments (16 threads' columns, half a warp). Every thread of the block calls it (the
-// sums shuffle over the whole warp); `in`: the columns exist (i0 < xs).
+// padding rows) as halves in the tile layout, and the sums of x p over 128-column segments
+// (16 threads' columns, half a warp). Every thread of the block calls it (the sums shuffle
+// over the whole warp); `in`: the columns exist (i0 < xs).
 TS_DEV void prep_store(const float (&v)[8], bool in, int s, i64 i0, unsigned short* __restrict__ xg,
                        float* __restrict__ xa, int xs, int nbt, int sp) {
     const int lane = threadIdx.x & 31;
     if (in) {
-        u32 hi[8], lo[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            hi[e] = f32_to_f16_rn(v[e]);
-            lo[e] = f32_to_f16_rn(v[e] - f16_to_f32(hi[e]));
+            const u32 hi = ts_f16_rn(v[e]), lo = ts_f16_rn(v[e] - ts_f16_f32(hi));
+            xg[tile_offset(2 * s, i0 + e, nbt)] = (unsigned short)hi;
+            xg[tile_offset(2 * s + 1, i0 + e, nbt)] = (unsigned short)lo;
         }
-#ifdef TS_PREP_ROWS
-        (void)nbt;
-        // Rows 2s (hi) and 2s + 1 (lo) of [2S, xs]; 4-bit formats in the order 0, 4, 1, 5,
-        // 2, 6, 3, 7 of each 8 columns (layout.rs nibble_order): one 16-byte store a part.
-        U4 h, l;
-        if (TS_PREP_NIB) {
-            h = U4{hi[0] | (hi[4] << 16), hi[1] | (hi[5] << 16), hi[2] | (hi[6] << 16), hi[3] | (hi[7] << 16)};
-            l = U4{lo[0] | (lo[4] << 16), lo[1] | (lo[5] << 16), lo[2] | (lo[6] << 16), lo[3] | (lo[7] << 16)};
-        } else {
-            h = U4{hi[0] | (hi[1] << 16), hi[2] | (hi[3] << 16), hi[4] | (hi[5] << 16), hi[6] | (hi[7] << 16)};
-            l = U4{lo[0] | (lo[1] << 16), lo[2] | (lo[3] << 16), lo[4] | (lo[5] << 16), lo[6] | (lo[7] << 16)};
-        }
-        *reinterpret_cast<U4*>(xg + (i64)(2 * s) * xs + i0) = h;
-        *reinterpret_cast<U4*>(xg + (i64)(2 * s + 1) * xs + i0) = l;
-#else
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            xg[tile_offset(2 * s, i0 + e, nbt, xs)] = (unsigned short)hi[e];
-            xg[tile_offset(2 * s + 1, i0 + e, nbt, xs)] = (unsigned short)lo[e];
-        }
-#endif
     }
     float t = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 #pragma unroll
     for (int k = 8; k > 0; k >>= 1) t += __shfl_xor_sync(0xffffffffu, t, k);
     if (in && (lane & 15) == 0) xa[sp + (i64)s * (xs / TS_SUM_SEG) + i0 / TS_SUM_SEG] = t;
 }
+#endif  // !TS_PREP_ROWS
 
 extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
                                                            float* __restrict__ xa, int S, int xs, int nbt, int sp) {
-    __shared__ float red[8];
-    __shared__ float pp[2];
     // Programmatic dependent launch (-DTS_PDL): the GEMV after this split may launch now and
     // load its weights; x and the split buffers are touched only after the previous kernel.
     pdl_launch();
@@ -2177,6 +2117,26 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
     const int s = blockIdx.y, tid = threadIdx.x;
     const bool real = s < S;
     const float* row = x + (i64)s * xs;
+    // This thread's 8 columns (an aligned nibble-order group).
+    const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
+    const bool in = i0 < xs;
+#ifdef TS_PREP_ROWS
+    (void)nbt;
+    (void)sp;
+    float v[8];
+    if (real && in) {
+        const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+    }
+    // A segment's p needs only its own 128 columns: no pass over the row.
+    ts_seg_split(v, in && real, s, S, i0, xg, xa, xs, TS_PREP_NIB != 0);
+#else
+    __shared__ float red[8];
+    __shared__ float pp[2];
     // Every block of row s finds the same max over the whole row (x is a few KB and sits in
     // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
     // 1024, so float4 loads never run past the row.
@@ -2190,9 +2150,6 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
     }
     prep_scale(m, red, pp, xa, s);
     const float p = pp[0];
-    // This thread's 8 columns (an aligned nibble-order group).
-    const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
-    const bool in = i0 < xs;
     float v[8];
     if (real && in) {
         const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
@@ -2203,13 +2160,22 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
         for (int e = 0; e < 8; ++e) v[e] = 0.0f;
     }
     prep_store(v, in, s, i0, xg, xa, xs, nbt, sp);
+#endif
 }
 
-// The engine's RMSNorm fused into the split (S = 1: row 0 of the layout, launched with
-// sp = 1). Grid: ceil(xs / (8 blockDim.x)) blocks (blockDim.x = TS_PREP_FUSED_THREADS),
-// block c splitting columns c 8 blockDim.x .. Every block first reads the whole row (a few
-// tens of KB from L2, TS_PREP_SLOTS loads a thread in flight) for its sum of squares and
-// its max, so all of them derive the same p without a grid-wide step.
+#ifdef TS_PREP_ROWS
+// Threads of a norm_prep block, 8 columns each: grid ceil(xs / (8 x this)). Small blocks
+// won on the H200 (session 8, docs/ENGINE.md): 128 against 256 in front of the same GEMVs,
+// 256 against 512 and 1024 over the whole decode step.
+#define TS_PREP_FUSED_THREADS 128
+// Columns a fused-split thread loads at once in its whole-row pass.
+#define TS_PREP_SLOTS 16
+
+// The engine's RMSNorm fused into the split (S = 1: row 0 of the 16-row layout). Grid:
+// ceil(xs / (8 blockDim.x)) blocks (blockDim.x = TS_PREP_FUSED_THREADS), block c splitting
+// columns c 8 blockDim.x .. Every block first reads the whole row (a few tens of KB from
+// L2, TS_PREP_SLOTS loads a thread in flight) for its sum of squares, so all of them derive
+// the same norm without a grid-wide step; each segment's p is its own (split.cuh).
 //
 // norm_prep: x = w v / sqrt(mean(v^2) + eps) over n columns (0 for n <= i < xs) with
 // v = src + d, or v = src where d is null (decode_ops.cu add_rmsnorm's arithmetic, summed
@@ -2220,31 +2186,28 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
     norm_prep(const float* __restrict__ src, const float* __restrict__ d, const float* __restrict__ w,
               float* __restrict__ dst, int n, float eps, unsigned short* __restrict__ xg,
               float* __restrict__ xa, int xs, int nbt) {
-    __shared__ float red[32];
     __shared__ float red2[32];
-    __shared__ float pp[2];
+    (void)nbt;
     pdl_launch();
     pdl_wait();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
-    float ss = 0.0f, mw = 0.0f;
+    float ss = 0.0f;
     // TS_PREP_SLOTS columns a thread a round, all loaded before any is used: the row is a
     // round or two, each one trip to L2 (a loop that used each load before issuing the
     // next would wait out the latency once a column).
     for (int base = 0; base < n; base += TS_PREP_SLOTS * (int)blockDim.x) {
-        float a[TS_PREP_SLOTS], b[TS_PREP_SLOTS], c[TS_PREP_SLOTS];
+        float a[TS_PREP_SLOTS], b[TS_PREP_SLOTS];
 #pragma unroll
         for (int k = 0; k < TS_PREP_SLOTS; ++k) {
             const int i = base + k * (int)blockDim.x + tid;
             const bool ok = i < n;
             a[k] = ok ? src[i] : 0.0f;
             b[k] = ok && d != nullptr ? d[i] : 0.0f;
-            c[k] = ok ? w[i] : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < TS_PREP_SLOTS; ++k) {
             const float v = d != nullptr ? a[k] + b[k] : a[k];
             ss += v * v;
-            mw = fmaxf(mw, fabsf(c[k] * v));
         }
     }
 #pragma unroll
@@ -2254,10 +2217,6 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
     float total = 0.0f;
     for (int k = 0; k < warps; ++k) total += red2[k];
     const float r = 1.0f / sqrtf(total / (float)n + eps);
-    // max |w v r| = r max |w v| up to rounding, which can move p by a factor of 2 at most:
-    // the split is exact either way.
-    prep_scale(mw * r, red, pp, xa, 0);
-    const float p = pp[0];
     const i64 i0 = (i64)blockIdx.x * (8 * blockDim.x) + 8 * tid;
     const bool in = i0 < xs;
     float v[8];
@@ -2268,12 +2227,13 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
         if (i < n) {
             const float x = d != nullptr ? src[i] + d[i] : src[i];
             if (d != nullptr) dst[i] = x;
-            o = w[i] * (x * r) * p;
+            o = w[i] * (x * r);
         }
         v[e] = o;
     }
-    prep_store(v, in, 0, i0, xg, xa, xs, nbt, 1);
+    ts_seg_split(v, in, 0, 1, i0, xg, xa, xs, TS_PREP_NIB != 0);
 }
+#endif  // TS_PREP_ROWS
 
 #elif defined(TS_MOE)
 // MoE grouped GEMV build (-DTS_MOE=<pairs per work item> -DTS_MOE_LIST=<variants>):

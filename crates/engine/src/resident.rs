@@ -50,7 +50,7 @@ use kernels_cuda::cudarc::driver::{
 use kernels_cuda::resident::{
     AttentionMode, AttentionScratch, AttentionShape, DecodeKernels, RopeArgs,
 };
-use kernels_cuda::{CudaBackend, CudaError, DeviceTensor};
+use kernels_cuda::{CudaBackend, CudaError, DeviceTensor, SplitBuffers, SplitLayout};
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -136,6 +136,22 @@ pub struct FusedSlots {
 /// the same (the norm's sum is added in another order).
 pub fn prologue_fusion_default() -> bool {
     std::env::var("TESSERA_RESIDENT_PROLOGUE").map_or(true, |v| v != "0")
+}
+
+/// Whether the attention and SwiGLU kernels write the split of the GEMV after them
+/// (kernels-cuda `presplit`: one power of two per 128-column segment, so a kernel that
+/// writes whole segments needs no row-wide maximum), so the o and down projections run
+/// without a split launch of their own: two launches fewer a layer.
+/// `TESSERA_RESIDENT_PRESPLIT=0` turns it off, `attn` / `mlp` keeps it for the o / down
+/// projection only, so a bench can time each; the tokens are the same up to the GEMVs'
+/// rounding. Returns (o, down).
+pub fn presplit_default() -> [bool; 2] {
+    match std::env::var("TESSERA_RESIDENT_PRESPLIT").as_deref() {
+        Ok("0") => [false, false],
+        Ok("attn") => [true, false],
+        Ok("mlp") => [false, true],
+        _ => [true, true],
+    }
 }
 
 /// Whether [`fuse_layers`] fuses: `TESSERA_RESIDENT_UNFUSED=1` turns it off, so a bench can
@@ -265,6 +281,14 @@ pub struct Resident {
     /// the one GEMV that reads each; then the LM head's final norm.
     fused_prologues: Vec<[bool; 2]>,
     final_fused: bool,
+    /// Whether the attention / SwiGLU kernels write their GEMV's split
+    /// ([`presplit_default`]).
+    presplit: [bool; 2],
+    /// The split layouts the attention output and the SwiGLU output are written in (those
+    /// of layer 0's o and down projections, where those have a presplit launch and the
+    /// producer can write it), and per layer whether its o / down projection reads them.
+    presplit_layouts: [Option<SplitLayout>; 2],
+    presplit_layers: Vec<[bool; 2]>,
     /// The launches of one step, counted once at construction by walking the layers as
     /// [`Resident::enqueue`] does (the profile line reports them).
     launches: Launches,
@@ -326,6 +350,9 @@ pub struct ResidentState {
     act: CudaSlice<f32>,
     /// The attention's scratch (scores or chunk partials, arrival counters).
     scores: AttentionScratch,
+    /// The splits the attention and SwiGLU kernels write for the o and down projections
+    /// (`Resident::presplit_layouts`; None where no layer reads one).
+    splits: [Option<SplitBuffers>; 2],
     logits: CudaSlice<f32>,
     id: CudaSlice<i32>,
     kv: Vec<(CudaSlice<f32>, CudaSlice<f32>)>,
@@ -489,6 +516,9 @@ impl Resident {
             fuse_prologue: prologue_fusion_default(),
             fused_prologues: Vec::new(),
             final_fused: false,
+            presplit: presplit_default(),
+            presplit_layouts: [None, None],
+            presplit_layers: Vec::new(),
             launches: Launches::default(),
             graph: Cell::new(graph_default()),
             replays: Cell::new(0),
@@ -515,7 +545,41 @@ impl Resident {
         }
         self.fused_prologues = per_layer;
         self.final_fused = one(vec![&self.lm_head])?;
+        self.plan_presplit(dev, tensors)?;
         self.launches = self.count_launches(tensors)?;
+        Ok(())
+    }
+
+    /// Decides which o / down projections read a split their producer writes (where
+    /// [`presplit_default`] is on): the layout of layer 0's tensor, where it has a presplit
+    /// launch and the producer can write it (attention: the chunked kernel, head_dim a
+    /// multiple of 128), and every layer whose tensor reads that same layout.
+    fn plan_presplit(&mut self, dev: &CudaBackend, tensors: &[DeviceTensor]) -> Result<()> {
+        let shape = AttentionShape {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            cap: 1,
+        };
+        let mode = self.kernels.attention_mode();
+        let layout_of = |lin: &DevLinear| -> Result<Option<SplitLayout>> {
+            Ok(dev.presplit_layout(tensor(tensors, lin)?))
+        };
+        let mut layouts = [None, None];
+        if let Some(l0) = self.layers.first() {
+            let [o, down] = self.presplit;
+            layouts[0] =
+                layout_of(&l0.o)?.filter(|&l| o && DecodeKernels::attention_splits(mode, shape, l));
+            layouts[1] = layout_of(&l0.down)?.filter(|l| down && l.x_stride >= self.inter);
+        }
+        let mut per_layer = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let o = layouts[0].is_some() && layout_of(&l.o)? == layouts[0];
+            let down = layouts[1].is_some() && layout_of(&l.down)? == layouts[1];
+            per_layer.push([o, down]);
+        }
+        self.presplit_layouts = layouts;
+        self.presplit_layers = per_layer;
         Ok(())
     }
 
@@ -532,9 +596,10 @@ impl Resident {
             copies: 2,
             ..Default::default()
         };
-        let gemv = |lin: &DevLinear, n: &mut Launches| -> Result<()> {
+        // A presplit GEMV reads what its producer split: no split launch.
+        let gemv = |lin: &DevLinear, presplit: bool, n: &mut Launches| -> Result<()> {
             n.gemv += 1;
-            if tensor(tensors, lin)?.uses_tensor_cores(1) {
+            if !presplit && tensor(tensors, lin)?.uses_tensor_cores(1) {
                 n.prep += 1;
             }
             if lin.bias.is_some() {
@@ -542,19 +607,24 @@ impl Resident {
             }
             Ok(())
         };
-        for (l, fused) in self.layers.iter().zip(&self.fused_prologues) {
+        for ((l, fused), pre) in self
+            .layers
+            .iter()
+            .zip(&self.fused_prologues)
+            .zip(&self.presplit_layers)
+        {
             // add_rmsnorm, attention_rope, add_rmsnorm, swiglu; a fused norm is its GEMV's
             // split
             n.other += 2 + fused.iter().filter(|&&f| !f).count();
             for lin in l.qkv.linears().into_iter().chain(l.gate_up.linears()) {
-                gemv(lin, &mut n)?;
+                gemv(lin, false, &mut n)?;
             }
-            gemv(&l.o, &mut n)?;
-            gemv(&l.down, &mut n)?;
+            gemv(&l.o, pre[0], &mut n)?;
+            gemv(&l.down, pre[1], &mut n)?;
         }
         // the final norm (unless fused), the argmax
         n.other += if self.final_fused { 1 } else { 2 };
-        gemv(&self.lm_head, &mut n)?;
+        gemv(&self.lm_head, false, &mut n)?;
         Ok(n)
     }
 
@@ -633,6 +703,16 @@ impl Resident {
                 },
             )
             .map_err(err)?,
+            splits: [
+                self.presplit_layouts[0]
+                    .map(|l| dev.split_buffers(l))
+                    .transpose()
+                    .map_err(err)?,
+                self.presplit_layouts[1]
+                    .map(|l| dev.split_buffers(l))
+                    .transpose()
+                    .map_err(err)?,
+            ],
             logits: zeros(s, self.vocab)?,
             id: s
                 .alloc_zeros::<i32>(1)
@@ -660,6 +740,23 @@ impl Resident {
     }
 
     /// Enqueues a linear's bias add into `y`, if it has one.
+    /// Enqueues one GEMV (and its bias) from the split its producer wrote into `split`.
+    fn linear_presplit(
+        &self,
+        dev: &CudaBackend,
+        tensors: &[DeviceTensor],
+        lin: &DevLinear,
+        split: &SplitBuffers,
+        y: &mut CudaViewMut<'_, f32>,
+        ops: StepOps,
+    ) -> Result<()> {
+        if ops.gemv {
+            let w = tensor(tensors, lin)?;
+            dev.gemv_launch_presplit(w, split, y).map_err(err)?;
+        }
+        self.bias(dev, lin, y, ops)
+    }
+
     fn bias(
         &self,
         dev: &CudaBackend,
@@ -913,20 +1010,26 @@ impl Resident {
             gu,
             act,
             scores,
+            splits,
             logits,
             id,
             kv,
             ..
         } = st;
+        let [attn_split, act_split] = splits;
         // The residual stream: in `x` (false) or `x2` (true).
         let mut cur = false;
-        for (l, ((w, (kc, vc)), fused)) in self
+        for (l, (((w, (kc, vc)), fused), pre)) in self
             .layers
             .iter()
             .zip(kv.iter_mut())
             .zip(&self.fused_prologues)
+            .zip(&self.presplit_layers)
             .enumerate()
         {
+            // This layer's o / down projections read the split their producer writes.
+            let mut o_split = attn_split.as_mut().filter(|_| pre[0]);
+            let mut down_split = act_split.as_mut().filter(|_| pre[1]);
             // The previous layer's down_proj output joins the residual here.
             let d = (l > 0).then_some(&*tmp);
             let norm = Norm {
@@ -969,10 +1072,16 @@ impl Resident {
                     shape,
                     rope,
                     pos,
+                    o_split.as_deref_mut(),
                 )
                 .map_err(err)?;
             }
-            self.linear(dev, tensors, &w.o, attn, &mut tmp.slice_mut(..), ops)?;
+            match &o_split {
+                Some(sp) => {
+                    self.linear_presplit(dev, tensors, &w.o, sp, &mut tmp.slice_mut(..), ops)?
+                }
+                None => self.linear(dev, tensors, &w.o, attn, &mut tmp.slice_mut(..), ops)?,
+            }
             let norm = Norm {
                 weight: &w.post_norm,
                 d: Some(&*tmp),
@@ -991,10 +1100,18 @@ impl Resident {
             if ops.other {
                 let f = self.inter;
                 let (gv, uv) = (gu.slice(..f), gu.slice(f..2 * f));
-                k.swiglu(dev, &gv, &uv, &mut act.slice_mut(..f))
-                    .map_err(err)?;
+                match down_split.as_deref_mut() {
+                    Some(sp) => k.swiglu_split(dev, &gv, &uv, &mut act.slice_mut(..f), sp),
+                    None => k.swiglu(dev, &gv, &uv, &mut act.slice_mut(..f)),
+                }
+                .map_err(err)?;
             }
-            self.linear(dev, tensors, &w.down, act, &mut tmp.slice_mut(..), ops)?;
+            match &down_split {
+                Some(sp) => {
+                    self.linear_presplit(dev, tensors, &w.down, sp, &mut tmp.slice_mut(..), ops)?
+                }
+                None => self.linear(dev, tensors, &w.down, act, &mut tmp.slice_mut(..), ops)?,
+            }
         }
         let norm = Norm {
             weight: &self.final_norm,

@@ -16,6 +16,14 @@ use std::sync::{Mutex, OnceLock};
 /// The GEMV kernel source, embedded at build time.
 pub const GEMV_SOURCE: &str = include_str!("../../../shaders/cuda/gemv.cu");
 
+/// What NVRTC compiles for every GEMV build: the segment split's device code
+/// (shaders/cuda/split.cuh, shared with decode_ops.cu), then [`GEMV_SOURCE`]. The host
+/// emulation compiles gemv.cu alone: none of its host-compiled code uses the split.
+pub const GEMV_NVRTC_SOURCE: &str = concat!(
+    include_str!("../../../shaders/cuda/split.cuh"),
+    include_str!("../../../shaders/cuda/gemv.cu")
+);
+
 /// A deliberate defect compiled into the kernels, to show that the conformance test bites
 /// (issue 4 §3). Only this crate's tests enable the `mutation-test` feature.
 #[cfg(feature = "mutation-test")]
@@ -383,7 +391,7 @@ impl ModuleKey {
         o
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("gemv.cu [{}]", self.options().join(" "))
     }
 }
@@ -422,7 +430,7 @@ pub fn ptx(key: &ModuleKey) -> Result<Ptx, CudaError> {
         options: key.options(),
         ..Default::default()
     };
-    let ptx = compile_ptx_with_opts(GEMV_SOURCE, opts).map_err(|e| CudaError::Compile {
+    let ptx = compile_ptx_with_opts(GEMV_NVRTC_SOURCE, opts).map_err(|e| CudaError::Compile {
         module: key.describe(),
         log: match e {
             CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
@@ -547,6 +555,12 @@ mod tests {
             "#define TS_PREP_FUSED_THREADS {}\n",
             crate::layout::PREP_FUSED_THREADS
         )));
+        // The split's segment is one number in the kernels, split.cuh and layout.rs, and
+        // every NVRTC build carries split.cuh.
+        let seg = crate::layout::MMA_SUM_SEGMENT;
+        assert!(GEMV_SOURCE.contains(&format!("#define TS_SUM_SEG {seg}\n")));
+        assert!(GEMV_NVRTC_SOURCE.contains(&format!("#define TS_SPLIT_SEG {seg}\n")));
+        assert!(GEMV_NVRTC_SOURCE.ends_with(GEMV_SOURCE));
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub struct DeviceTensor {
     rows: usize,
     cols: usize,
     rotation_seed: u64,
-    shape: LaunchShape,
+    pub(crate) shape: LaunchShape,
     weight_bytes: usize,
     scale_bytes: usize,
     weights: CudaSlice<u8>,
@@ -512,6 +512,18 @@ impl CudaBackend {
             )
             .map_err(CudaError::driver("raising the GEMM's shared memory limit"))?;
         }
+        if std::env::var_os("TESSERA_CUDA_REGS").is_some() {
+            // Diagnostics (benchmarks): what ptxas gave the build, spills included.
+            let attr = |a| f.get_attribute(a).unwrap_or(-1);
+            eprintln!(
+                "regs: {} {}: {} registers, {} bytes local (spills), {} bytes shared",
+                key.describe(),
+                key.function_name(),
+                attr(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_NUM_REGS),
+                attr(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+                attr(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            );
+        }
         map.insert(key, f.clone());
         Ok(f)
     }
@@ -855,7 +867,7 @@ impl CudaBackend {
     /// The 16-row tensor-core GEMV (`gemv_mma_s<S>`) over split activations `xh` / `xa`
     /// ([`layout::split_activations`] of this tensor's stride, or `tile_prep`'s twin).
     #[allow(clippy::too_many_arguments)]
-    fn launch_rows(
+    pub(crate) fn launch_rows(
         &self,
         w: &DeviceTensor,
         kernel: KernelId,
@@ -906,7 +918,7 @@ impl CudaBackend {
                 .arg(&sh.x_stride)
                 .arg(&sh.sc_row);
             // SAFETY: the argument list matches gemv.cu's gemv_mma_s<S> (u8*, u8*, u16*, f32*,
-            // f32*, i64, i32, i32, i32); `xh` holds 2S x x_stride halves and `xa` S + S x
+            // f32*, i64, i32, i32, i32); `xh` holds 2S x x_stride halves and `xa` 2 S x
             // x_stride / MMA_SUM_SEGMENT floats (layout::split_activations for this tensor's stride),
             // `y` at least S * rows floats (checked by the callers); the kernel guards rows against
             // `rows`, and `mma_for` admitted only rows made of whole k-blocks, so every
@@ -1404,7 +1416,14 @@ impl CudaBackend {
         } else {
             2 * s * xs
         };
-        let aux = sp + sp * (xs / layout::MMA_SUM_SEGMENT);
+        // Tile layout: [sp] 1/p, then [sp, segs] sums; 16-row layout: [S, segs] 1/p of each
+        // segment, then [S, segs] sums.
+        let segs = xs / layout::MMA_SUM_SEGMENT;
+        let aux = if tiles_kernel {
+            sp + sp * segs
+        } else {
+            2 * s * segs
+        };
         let mut cache = self.prep.lock().unwrap_or_else(|p| p.into_inner());
         let entry = match cache.entry((m.chunk_bytes, nibbles, key_nt, xs)) {
             // A buffer of this layout from a smaller S is too small for this one.
@@ -1519,7 +1538,8 @@ impl CudaBackend {
         // `PrepSource` documents, checked by the public entries that made it (tile_prep
         // reads S x xs floats, block s < S row s only; norm_prep reads n floats of src, d
         // and weight and writes n of dst); `xg` holds at least tiles * 8 * xs halves (tile
-        // layout) or 2 S xs (16-row layout), and `xa` sp + sp * xs / 128 floats, exactly
+        // layout) or 2 S xs (16-row layout), and `xa` sp + sp * xs / 128 floats (tile
+        // layout) or 2 S xs / 128 (16-row layout), exactly
         // what the build's offsets and sums index for s < sp (sized or re-allocated above).
         // Built with -DTS_PDL when `tuning.pdl` (the key carries `tuning`), each of the two
         // waits for the previous kernel before any access, which the programmatic launch
@@ -1550,7 +1570,7 @@ impl CudaBackend {
 
     /// The capability row and 16-row kernel an S = 1 fused-prologue launch of `w` runs,
     /// or None where [`CudaBackend::resident_prologue_fusable`] is false.
-    fn fused_kernel(
+    pub(crate) fn fused_kernel(
         &self,
         w: &DeviceTensor,
     ) -> Option<(&'static caps::Capability, caps::MmaKernel)> {

@@ -300,13 +300,16 @@ pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
     !(b > sms && 2 * b < 5 * sms)
 }
 
-/// The power of two p of one activation row (max |x p| in [2^14, 2^15), clamped so 1/p
-/// stays a normal f32) and the row's f16 parts: x_hi = f16(x p), x_lo = f16(x p - x_hi).
+/// The power of two p of one activation row or segment (max |x p| in [2^14, 2^15),
+/// clamped so 1/p stays a normal f32) and its f16 parts: x_hi = f16(x p),
+/// x_lo = f16(x p - x_hi). The exponent comes from max's bits, as split.cuh's `ts_split_p`
+/// takes it, so host and device pick the same p.
 fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
     let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-    // max in [2^e, 2^(e+1)) -> p = 2^(14 - e).
+    // max in [2^e, 2^(e+1)) -> p = 2^(14 - e); a subnormal max reads e = -127, which the
+    // clamp maps to the same 2^100 as its true exponent.
     let p = if max > 0.0 && max.is_finite() {
-        let e = max.log2().floor() as i32;
+        let e = ((max.to_bits() >> 23) & 0xFF) as i32 - 127;
         2f64.powi((14 - e).clamp(-100, 100))
     } else {
         1.0
@@ -325,14 +328,18 @@ fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
 /// Prepared activations ([s, x_stride], from [`prepare_activations`]) split for the
 /// tensor-core kernels, which multiply f16 operands exactly but cannot take f32.
 ///
-/// Per activation row s, p = 2^e puts max |x| in [2^14, 2^15): far from the f16 overflow
-/// and from its subnormals. Then x_hi = f16(x p) and x_lo = f16(x p - x_hi) (both exact
-/// roundings of values computed exactly in f64), so x_hi + x_lo = x p to about 2^-22
-/// relative, and the kernel's two MMA columns sum to y p.
+/// Per segment of [`MMA_SUM_SEGMENT`] columns of each activation row, p = 2^e puts the
+/// segment's max |x| in [2^14, 2^15): far from the f16 overflow and from its subnormals.
+/// Then x_hi = f16(x p) and x_lo = f16(x p - x_hi) (both exact roundings of values
+/// computed exactly in f64), so x_hi + x_lo = x p to about 2^-22 relative, and the kernel
+/// folds each k-block's two MMA columns with its segment's 1/p. A p per segment (not per
+/// row) lets a device kernel that produces only some segments of a row (an attention head,
+/// a block of SwiGLU) write the split itself (gemv.cu `seg_split`).
 ///
 /// Returns `halves`: [2 s, x_stride] f16 bits, row 2k = x_hi of activation k, row 2k + 1 =
-/// x_lo; and `aux`: `[s]` 1/p, then `[s, x_stride / MMA_SUM_SEGMENT]` sums of x p over
-/// segments (for the affine formats' zero term), rounded once from f64. With `nibbles`
+/// x_lo; and `aux`: `[s, x_stride / MMA_SUM_SEGMENT]` 1/p of each segment, then the same
+/// shape of sums of x p over the segments (for the affine formats' zero term), rounded
+/// once from f64. With `nibbles`
 /// (4-bit formats, whose decoded words pair columns j and j + 4), each aligned group of 8
 /// columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B fragments are words as
 /// loaded (gemv.cu `mma_b`).
@@ -345,19 +352,20 @@ pub fn split_activations(
     check_prepared(xp, s, x_stride)?;
     let segs = x_stride / MMA_SUM_SEGMENT;
     let mut halves = vec![0u16; 2 * s * x_stride];
-    let mut aux = vec![0f32; s + s * segs];
+    let mut aux = vec![0f32; 2 * s * segs];
     for (k, row) in xp.chunks_exact(x_stride).take(s).enumerate() {
-        let (p, parts) = split_row(row);
-        aux[k] = (1.0 / p) as f32;
         let (hi_row, lo_row) =
             halves[2 * k * x_stride..(2 * k + 2) * x_stride].split_at_mut(x_stride);
-        for (i, (hi, lo)) in parts.enumerate() {
-            let at = if nibbles { nibble_order(i) } else { i };
-            hi_row[at] = hi;
-            lo_row[at] = lo;
-        }
         for (g, seg) in row.chunks_exact(MMA_SUM_SEGMENT).enumerate() {
-            aux[s + k * segs + g] = seg.iter().map(|&v| v as f64 * p).sum::<f64>() as f32;
+            let (p, parts) = split_row(seg);
+            aux[k * segs + g] = (1.0 / p) as f32;
+            aux[(s + k) * segs + g] = seg.iter().map(|&v| v as f64 * p).sum::<f64>() as f32;
+            for (e, (hi, lo)) in parts.enumerate() {
+                let i = g * MMA_SUM_SEGMENT + e;
+                let at = if nibbles { nibble_order(i) } else { i };
+                hi_row[at] = hi;
+                lo_row[at] = lo;
+            }
         }
     }
     Ok((halves, aux))
@@ -694,30 +702,42 @@ mod tests {
         for v in &mut x[cols..] {
             *v *= 1e6; // beyond f16's range before scaling
         }
+        // A segment of row 0 far below the rest keeps its own 22 bits (its own p).
+        for v in &mut x[3 * MMA_SUM_SEGMENT..4 * MMA_SUM_SEGMENT] {
+            *v *= 1e-20;
+        }
+        let segs = cols / MMA_SUM_SEGMENT;
         let (h, aux) = split_activations(&x, 2, cols, false).unwrap();
         assert_eq!(h.len(), 2 * 2 * cols);
-        assert_eq!(aux.len(), 2 + 2 * cols / MMA_SUM_SEGMENT);
+        assert_eq!(aux.len(), 2 * 2 * segs);
         for k in 0..2 {
-            let max = x[k * cols..(k + 1) * cols]
-                .iter()
-                .fold(0f32, |m, v| m.max(v.abs()));
-            let inv_p = aux[k] as f64;
-            let mut seg0 = 0f64;
-            for i in 0..cols {
-                let hi = half::f16::from_bits(h[2 * k * cols + i]).to_f64();
-                let lo = half::f16::from_bits(h[(2 * k + 1) * cols + i]).to_f64();
-                let back = (hi + lo) * inv_p;
-                let want = x[k * cols + i] as f64;
+            for g in 0..segs {
+                let seg = &x[k * cols + g * MMA_SUM_SEGMENT..][..MMA_SUM_SEGMENT];
+                let max = seg.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                let inv_p = aux[k * segs + g] as f64;
+                // max |x p| in [2^14, 2^15)
                 assert!(
-                    (back - want).abs() <= 2f64.powi(-21) * max as f64,
-                    "k={k} i={i}"
+                    max / inv_p >= 16384.0 && max / inv_p < 32768.0,
+                    "k={k} g={g}"
                 );
-                if i < MMA_SUM_SEGMENT {
-                    seg0 += want / inv_p;
+                let mut sum = 0f64;
+                for (e, &v) in seg.iter().enumerate() {
+                    let i = g * MMA_SUM_SEGMENT + e;
+                    let hi = half::f16::from_bits(h[2 * k * cols + i]).to_f64();
+                    let lo = half::f16::from_bits(h[(2 * k + 1) * cols + i]).to_f64();
+                    let back = (hi + lo) * inv_p;
+                    assert!(
+                        (back - v as f64).abs() <= 2f64.powi(-21) * max,
+                        "k={k} i={i}"
+                    );
+                    sum += v as f64 / inv_p;
                 }
+                let got = aux[(2 + k) * segs + g] as f64;
+                assert!(
+                    (got - sum).abs() <= 1e-6 * sum.abs().max(1.0),
+                    "k={k} g={g}"
+                );
             }
-            let got = aux[2 + k * (cols / MMA_SUM_SEGMENT)] as f64;
-            assert!((got - seg0).abs() <= 1e-6 * seg0.abs().max(1.0), "k={k}");
         }
     }
 
@@ -755,7 +775,16 @@ mod tests {
     fn gemm_activations_split_like_the_gemv() {
         let mut rng = Rng::new(5);
         let (s, xs) = (3, 1024);
-        let x = activations(&mut rng, s, xs);
+        let segs = xs / MMA_SUM_SEGMENT;
+        let mut x = activations(&mut rng, s, xs);
+        // Each segment holds its row's max, so the GEMV's p of every segment is the GEMM's
+        // p of the row and the two splits must agree bit for bit.
+        for row in x.chunks_exact_mut(xs) {
+            let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for seg in row.chunks_exact_mut(MMA_SUM_SEGMENT) {
+                seg[0] = max;
+            }
+        }
         let (h, aux) = split_activations(&x, s, xs, false).unwrap();
         let l = GemmLayout {
             chunk_bytes: 8,
@@ -767,14 +796,13 @@ mod tests {
         let (tiles, sp) = (l.tiles(s), l.padded(s));
         assert_eq!(sp, 32);
         for k in 0..s {
-            assert_eq!(gaux[k], aux[k]);
             for i in 0..xs {
                 assert_eq!(g[l.offset(2 * k, i, tiles)], h[2 * k * xs + i]);
                 assert_eq!(g[l.offset(2 * k + 1, i, tiles)], h[(2 * k + 1) * xs + i]);
             }
-            let segs = xs / MMA_SUM_SEGMENT;
             for seg in 0..segs {
-                assert_eq!(gaux[sp + k * segs + seg], aux[s + k * segs + seg]);
+                assert_eq!(gaux[k], aux[k * segs + seg]);
+                assert_eq!(gaux[sp + k * segs + seg], aux[(s + k) * segs + seg]);
             }
         }
         assert!(gaux[s..sp].iter().all(|&v| v == 1.0));

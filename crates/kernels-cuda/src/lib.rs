@@ -6,6 +6,8 @@
 //! - [`compile`]: NVRTC builds of `shaders/cuda/gemv.cu`, cached per process.
 //! - [`device`]: [`CudaBackend`] (device 0), tensors uploaded in their stored layout, GEMV,
 //!   GEMM and the MoE grouped GEMV.
+//! - [`presplit`]: activations split by the kernel that produces them, and the GEMV launch
+//!   that reads them without a split of its own.
 //! - [`resident`]: the engine's device-resident decode kernels (`shaders/cuda/decode_ops.cu`:
 //!   RMSNorm, RoPE, attention over a device KV cache, SwiGLU, argmax) and the table of
 //!   formats that path takes.
@@ -21,6 +23,7 @@ pub mod compile;
 pub mod device;
 pub mod error;
 pub mod layout;
+pub mod presplit;
 pub mod resident;
 
 pub use backend::CudaConformance;
@@ -34,3 +37,4 @@ pub use device::{
     CudaBackend, DeviceActivations, DeviceGemmActivations, DeviceTensor, GemmPrecision, KernelPath,
 };
 pub use error::CudaError;
+pub use presplit::{SplitBuffers, SplitLayout};

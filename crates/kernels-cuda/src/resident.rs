@@ -18,6 +18,8 @@
 
 use crate::device::{CudaBackend, Param};
 use crate::error::CudaError;
+use crate::layout;
+use crate::presplit::{SplitBuffers, SplitLayout};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     LaunchConfig, sys,
@@ -28,6 +30,14 @@ use std::sync::OnceLock;
 
 /// The kernel source, embedded at build time.
 pub const DECODE_OPS_SOURCE: &str = include_str!("../../../shaders/cuda/decode_ops.cu");
+
+/// What NVRTC compiles: the 16-row GEMV's segment split (shaders/cuda/split.cuh, which
+/// attention and SwiGLU use to write the split of the GEMV after them), then
+/// [`DECODE_OPS_SOURCE`].
+const DECODE_OPS_NVRTC_SOURCE: &str = concat!(
+    include_str!("../../../shaders/cuda/split.cuh"),
+    include_str!("../../../shaders/cuda/decode_ops.cu")
+);
 
 /// Threads of the one-block kernels (RMSNorm, argmax; the source's `TS_BLOCK`): the whole
 /// GPU waits on these single blocks, so they take the most threads a block may have.
@@ -225,6 +235,7 @@ pub struct DecodeKernels {
     attention_rope: CudaFunction,
     attention_chunks: CudaFunction,
     swiglu: CudaFunction,
+    swiglu_split: CudaFunction,
     argmax: CudaFunction,
 }
 
@@ -264,14 +275,15 @@ impl DecodeKernels {
             options,
             ..Default::default()
         };
-        let ptx =
-            compile_ptx_with_opts(DECODE_OPS_SOURCE, opts).map_err(|e| CudaError::Compile {
+        let ptx = compile_ptx_with_opts(DECODE_OPS_NVRTC_SOURCE, opts).map_err(|e| {
+            CudaError::Compile {
                 module: module_name.clone(),
                 log: match e {
                     CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
                     other => format!("{other:?}"),
                 },
-            })?;
+            }
+        })?;
         let module = dev
             .context()
             .load_module(ptx)
@@ -293,6 +305,7 @@ impl DecodeKernels {
             attention_rope: load("attention_rope")?,
             attention_chunks: load("attention_chunks")?,
             swiglu: load("swiglu")?,
+            swiglu_split: load("swiglu_split")?,
             argmax: load("argmax")?,
         })
     }
@@ -436,7 +449,10 @@ impl DecodeKernels {
     /// `[hd]` each) when given, RoPE, the rotated k and this token's v (`vnew`) written into
     /// row `pos` of `kc` / `vc`, then GQA attention over kc / vc [cap, kvw] up to `pos`.
     /// q `[nh, hd]`, knew and vnew `[kvw]` are the projections as written; `scores` is scratch
-    /// [nh, cap]; writes out[..nh * hd].
+    /// [nh, cap]; writes out[..nh * hd]. With `split` it also writes out's split into those
+    /// buffers, for [`CudaBackend::gemv_launch_presplit`] of the o projection: only the
+    /// chunked kernel ([`AttentionMode::Chunks`]) does, with hd a multiple of 128 (a head's
+    /// segments of the split are its own) and nh * hd columns within the buffers' stride.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_rope(
         &self,
@@ -451,6 +467,7 @@ impl DecodeKernels {
         shape: AttentionShape,
         rope: RopeArgs<'_>,
         pos: &CudaSlice<i32>,
+        split: Option<&mut SplitBuffers>,
     ) -> Result<(), CudaError> {
         let AttentionShape {
             heads,
@@ -501,6 +518,17 @@ impl DecodeKernels {
             });
         }
         need(out.len(), heads * hd, "attention out")?;
+        if let Some(sp) = &split
+            && !Self::attention_splits(self.attn, shape, sp.layout())
+        {
+            return Err(CudaError::Input {
+                what: format!(
+                    "attention ({:?}, {heads} heads of {hd}) cannot write split buffers of stride {}",
+                    self.attn,
+                    sp.layout().x_stride
+                ),
+            });
+        }
         if let Some((qn, kn)) = rope.norms {
             need(qn.len(), hd, "q_norm")?;
             need(kn.len(), hd, "k_norm")?;
@@ -554,13 +582,16 @@ impl DecodeKernels {
             let mut params = head.to_vec();
             params.push(wr(&mut scratch.counters, st));
             params.extend(tail);
+            params.extend(split_params(split, st)?);
             let cfg = LaunchConfig {
                 grid_dim: (grid, chunks, 1),
                 block_dim: (HEAD_BLOCK_SPLIT, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: matches decode_ops.cu's attention_chunks (f32* x 6, u32*, f32*, i32 x 3,
-            // i32*, i32, f32, f32* or null x 2, f32, f32*, i32, f32) with TS_ATT_WARPS warps
+            // i32*, i32, f32, f32* or null x 2, f32, f32*, i32, f32, u16* or null, f32* or
+            // null, i32, i32; the split buffers hold 2 xs halves and 2 xs / 128 floats with
+            // heads * hd <= xs, checked by `attention_splits`) with TS_ATT_WARPS warps
             // a block (HEAD_BLOCK_SPLIT threads: its chunk of TS_ATT_WARPS x TS_ATT_ROWS
             // positions); every buffer holds what the kernel indexes (checked above): q
             // heads * hd, knew / vnew kvw, kc / vc cap * kvw with g * hd + d < kvw and rows j
@@ -578,6 +609,7 @@ impl DecodeKernels {
                 )
             };
         }
+        debug_assert!(split.is_none(), "refused above");
         let split = self.attn == AttentionMode::Split;
         let mut params = head.to_vec();
         params.extend(tail);
@@ -635,6 +667,75 @@ impl DecodeKernels {
         unsafe { self.launch(dev, &self.swiglu, cfg, &mut params, "launching swiglu") }
     }
 
+    /// Whether attention in `mode` of `shape` can write `split` (see
+    /// [`DecodeKernels::attention_rope`]).
+    pub fn attention_splits(
+        mode: AttentionMode,
+        shape: AttentionShape,
+        split: SplitLayout,
+    ) -> bool {
+        let cols = shape.heads.checked_mul(shape.head_dim);
+        mode == AttentionMode::Chunks
+            && shape.head_dim.is_multiple_of(layout::MMA_SUM_SEGMENT)
+            && cols.is_some_and(|c| c <= split.x_stride)
+    }
+
+    /// out[..n] = silu(g) * u for n = g.len(), and its split into `split` for
+    /// [`CudaBackend::gemv_launch_presplit`] of the GEMV after it (columns n .. the
+    /// buffers' stride are written as zeros).
+    pub fn swiglu_split(
+        &self,
+        dev: &CudaBackend,
+        g: &CudaView<'_, f32>,
+        u: &CudaView<'_, f32>,
+        out: &mut CudaViewMut<'_, f32>,
+        split: &mut SplitBuffers,
+    ) -> Result<(), CudaError> {
+        let n = g.len();
+        need(u.len(), n, "swiglu up")?;
+        need(out.len(), n, "swiglu out")?;
+        let xs = split.layout().x_stride;
+        if n > xs {
+            return Err(CudaError::Input {
+                what: format!("swiglu: {n} values for split buffers of stride {xs}"),
+            });
+        }
+        let st = dev.stream();
+        let mut params = vec![
+            rd(g, st),
+            rd(u, st),
+            wr(out, st),
+            Param::I32(i32_arg(n, "n")?),
+        ];
+        params.extend(split_params(Some(split), st)?);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32::try_from(xs / layout::MMA_SUM_SEGMENT).map_err(|_| CudaError::Input {
+                    what: format!("swiglu: a stride of {xs} overflows the grid"),
+                })?,
+                1,
+                1,
+            ),
+            block_dim: (layout::MMA_SUM_SEGMENT as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches swiglu_split (f32*, f32*, f32*, i32, u16*, f32*, i32, i32); g, u
+        // and out hold >= n floats (checked above) and the kernel reads and writes them only
+        // below n; the split buffers hold 2 xs halves and 2 xs / 128 floats
+        // (`SplitBuffers`), and the grid's xs / 128 blocks of 128 threads (TS_SPLIT_SEG, one
+        // column a thread, one segment a block) cover [0, xs) exactly (xs a multiple of
+        // 1024), so every store stays inside them.
+        unsafe {
+            self.launch(
+                dev,
+                &self.swiglu_split,
+                cfg,
+                &mut params,
+                "launching swiglu_split",
+            )
+        }
+    }
+
     /// `out[0]` = the first index of the largest of x.
     pub fn argmax(
         &self,
@@ -654,6 +755,30 @@ impl DecodeKernels {
         // is TS_BLOCK threads, the size of the kernel's shared arrays.
         unsafe { self.launch(dev, &self.argmax, cfg, &mut params, "launching argmax") }
     }
+}
+
+/// The trailing parameters of a kernel that may write a split (decode_ops.cu: u16* xg,
+/// f32* xa, i32 xs, i32 nib): the buffers', or null pointers (no split).
+fn split_params(
+    split: Option<&mut SplitBuffers>,
+    st: &CudaStream,
+) -> Result<Vec<Param>, CudaError> {
+    Ok(match split {
+        Some(sp) => {
+            let SplitLayout {
+                x_stride: xs,
+                nibbles: nib,
+            } = sp.layout();
+            let (halves, aux) = sp.parts_mut();
+            vec![
+                wr(halves, st),
+                wr(aux, st),
+                Param::I32(i32_arg(xs, "split stride")?),
+                Param::I32(i32::from(nib)),
+            ]
+        }
+        None => vec![Param::Ptr(0), Param::Ptr(0), Param::I32(0), Param::I32(0)],
+    })
 }
 
 /// RoPE (and Qwen3's per-head norms) of one attention launch.
@@ -690,6 +815,7 @@ mod tests {
             "attention_rope",
             "attention_chunks",
             "swiglu",
+            "swiglu_split",
             "argmax",
         ] {
             assert!(
