@@ -327,7 +327,7 @@ __device__ void att_split(const float* o, int h, int hd, unsigned short* __restr
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = in ? o[8 * tid + e] : 0.f;
-    ts_seg_split(v, in, 0, 1, (long long)h * hd + 8 * tid, xg, xa, xs, nib != 0);
+    ts_seg_split(v, in, 0, 1, (long long)h * hd + 8 * tid, xg, xa, xs, nib != 0, -1.0f);
 }
 
 // The same attention with the positions cut into chunks of TS_ATT_CHUNK, one block each

@@ -928,9 +928,10 @@ struct MArgs {
     const u8* sc;
     const u8* xh;     // [2S, xs] f16: row 2s = x_hi of activation s, row 2s + 1 = x_lo
     // [S, xs / TS_SUM_SEG] 1/p of each segment, then [S, xs / TS_SUM_SEG] sums of x * p
-    // over segments (layout.rs split_activations): p is chosen per 128-column segment, so a
-    // producer that sees only its own segments can write the split (tile GEMV and GEMM
-    // layouts keep one p a row: GArgs).
+    // over segments (layout.rs split_activations). With -DTS_SEG_P each segment has its own
+    // p (a producer that sees only its own segments wrote the split) and every k-block is
+    // folded with its segment's 1/p; without, every segment carries the row's p and the
+    // kernel applies segment 0's at the end.
     const float* xa;
     i64 rb;
     int O;
@@ -1154,6 +1155,12 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         U = TS_MMA_STAGE / CBT,  // k-blocks a stage: 2 rows * CBT * U bytes a lane (64 by default)
         KB_COLS = 4 * CBT * F::CPB,
         SCALED = !F::ROW_SCALE,
+#ifdef TS_SEG_P
+        SEG_P = 1,
+#else
+        SEG_P = 0,
+#endif
+        FOLD = SCALED || SEG_P,
         CH = MmaChains<S>::CH,
         NCLS = MmaClasses<FMT, GS, CBT>::N,
     };
@@ -1254,10 +1261,12 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
         for (int u = 0; u < U; ++u) {
             const i64 kb = kb0 + (i64)u * ustep;
             if (kb >= kend) break;  // uniform across the warp
-            // The k-block's segment 1/p (and sum, affine formats) of each activation this
-            // lane folds, loaded with the activations so their latency overlaps (C columns
-            // 2t, 2t + 1 of n-tile nt are activation 4 nt + t; with group classes activation
-            // t % S of class t / S).
+            // With TS_SEG_P, the k-block's segment 1/p and sum (affine formats) of each
+            // activation this lane folds, loaded with the activations so their latency
+            // overlaps (C columns 2t, 2t + 1 of n-tile nt are activation 4 nt + t; with group
+            // classes activation t % S of class t / S). Without, the sum is loaded at the
+            // fold (registers held across the MMAs cost the 80-register builds: session 9,
+            // mq4-g256-v2 [28672 x 4096] 28.0 -> 29.2 us queued when hoisted).
             const i64 segs = a.xs / TS_SUM_SEG, seg = mma_col0<FMT, CBT>(kb, 0) / TS_SUM_SEG;
             float inv[L][NT], xsum[L][NT];
 #pragma unroll
@@ -1266,9 +1275,9 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int s = NCLS > 1 ? t % S : 4 * nt + t;
-                    inv[l][nt] = 0.0f;
+                    inv[l][nt] = 1.0f;
                     xsum[l][nt] = 0.0f;
-                    if (s < S) {
+                    if (SEG_P && s < S) {
                         inv[l][nt] = a.xa[(i64)s * segs + seg];
                         if constexpr (F::AFFINE) xsum[l][nt] = a.xa[(i64)(S + s) * segs + seg];
                     }
@@ -1307,10 +1316,11 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
                     }
                 }
             }
-            // Every k-block's partial is folded into acc with its segment's 1/p (and its
-            // group / tile / block scale). The k-block's MMAs alternate between CH
-            // independent accumulators (chains), so consecutive MMAs do not wait on each
-            // other; they are summed after the k-block.
+            // Row-scaled formats with the row's p accumulate straight into acc; otherwise
+            // each k-block's partial is folded into acc with its scale (and with TS_SEG_P
+            // its segment's 1/p). The k-block's MMAs alternate between CH independent
+            // accumulators (chains), so consecutive MMAs do not wait on each other; they are
+            // summed after the k-block.
             float cc[CH][L][NT][4];
 #pragma unroll
             for (int ch = 0; ch < CH; ++ch)
@@ -1319,7 +1329,7 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = 0.0f;
+                        for (int q = 0; q < 4; ++q) cc[ch][l][nt][q] = (FOLD || ch > 0) ? 0.0f : acc[l][nt][q];
 #pragma unroll
             for (int wi = 0; wi < NW; ++wi) {
                 u32 p[L][2][F::PW];
@@ -1368,9 +1378,16 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
                         for (int ch = 1; ch < CH; ++ch) v += cc[ch][l][nt][q];
                         c[l][nt][q] = v;
                     }
-            {
-                // Fold this k-block's partial with its segment's 1/p and its scale (and zero
-                // term).
+            if constexpr (!FOLD) {
+#pragma unroll
+                for (int l = 0; l < L; ++l)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) acc[l][nt][q] = c[l][nt][q];
+            } else {
+                // Fold this k-block's partial with its scale (and zero term) and, with
+                // TS_SEG_P, its segment's 1/p.
 #pragma unroll
                 for (int l = 0; l < L; ++l) {
                     float d[2], z[2];
@@ -1383,6 +1400,10 @@ TS_DEV void mma_warp_impl(const MArgs& a, int r0, int warp, int nwarps, int lane
                     }
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
+                        if constexpr (F::AFFINE && !SEG_P) {
+                            const int s = NCLS > 1 ? ((lane0 + l) & 3) % S : 4 * nt + ((lane0 + l) & 3);
+                            if (s < S) xsum[l][nt] = a.xa[(i64)(S + s) * segs + seg];
+                        }
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             const float di = d[h] * inv[l][nt];
@@ -1541,8 +1562,8 @@ TS_DEV void mma_class_sum(float (&tot)[L][MmaShape<S>::NT][4]) {
     }
 }
 
-// Lane-local end: the (warp-summed) tile partial of this lane (1/p already folded per
-// k-block) -> y, times the per-row scale.
+// Lane-local end: the (warp-summed) tile partial of this lane -> y, times 1/p (with
+// TS_SEG_P already folded per k-block) and the per-row scale.
 // With group classes (NCLS > 1), after `mma_class_sum` lane t < S holds activation t.
 template <int FMT, int S, int NCLS = 1>
 TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaShape<S>::NT][4], float* y) {
@@ -1551,11 +1572,16 @@ TS_DEV void mma_store(const MArgs& a, int r0, int lane, const float (&tot)[MmaSh
     for (int nt = 0; nt < MmaShape<S>::NT; ++nt) {
         const int s = NCLS > 1 ? t : 4 * nt + t;
         if (s >= S) continue;
+#ifdef TS_SEG_P
+        const float inv_p = 1.0f;
+#else
+        const float inv_p = a.xa[(i64)s * (a.xs / TS_SUM_SEG)];  // every segment's: the row's
+#endif
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = r0 + g + 8 * h;
             if (row >= a.O) continue;
-            float v = tot[nt][2 * h] + tot[nt][2 * h + 1];
+            float v = (tot[nt][2 * h] + tot[nt][2 * h + 1]) * inv_p;
             if constexpr (MmaFmt<FMT>::ROW_SCALE) v *= TS_SCALE(scale_f32(a.sc, row));
             y[(i64)s * a.O + row] = v;
         }
@@ -2046,8 +2072,9 @@ TS_GEMM_KERNEL(TS_GEMM)
 // sp) blocks of 256 threads, block (c, s) splitting columns c TS_PREP_COLS .. of row s.
 //
 // With -DTS_PREP_ROWS: the 16-row tensor-core GEMV's layout (layout.rs `split_activations`,
-// split.cuh: one p per 128-column segment): tile_prep with the same parameters (sp = S, nbt
-// unused), and norm_prep, the engine's RMSNorm computed inside the split (below).
+// split.cuh, the row's p in every segment's slot, for the GEMV built without TS_SEG_P):
+// tile_prep with the same parameters (sp = S, nbt unused), and norm_prep, the engine's
+// RMSNorm computed inside the split (below).
 #ifndef TS_PREP_NIB
 #error "compile with -DTS_PREP_NIB=<0|1>"
 #endif
@@ -2071,15 +2098,10 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt) {
 // Thread 0 of the block derives p and 1/p from the row's max |x| (split.cuh `ts_split_p`)
 // into pp[0], pp[1], and block 0 of the row stores 1/p at xa[s]. `red` holds the block's
 // warp maxima.
+TS_DEV float block_max_prep(float m, float* red);
 TS_DEV void prep_scale(float m, float* red, float* pp, float* __restrict__ xa, int s) {
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
-#pragma unroll
-    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-    if (lane == 0) red[warp] = m;
-    __syncthreads();
-    if (tid == 0) {
-        float mm = 0.0f;
-        for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
+    const float mm = block_max_prep(m, red);
+    if (threadIdx.x == 0) {
         ts_split_p(mm, pp[0], pp[1]);
         if (blockIdx.x == 0) xa[s] = pp[1];
     }
@@ -2108,6 +2130,18 @@ TS_DEV void prep_store(const float (&v)[8], bool in, int s, i64 i0, unsigned sho
 }
 #endif  // !TS_PREP_ROWS
 
+// The max of m over the block (every thread gets it); `red` holds one float a warp.
+TS_DEV float block_max_prep(float m, float* red) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    float mm = 0.0f;
+    for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
+    return mm;
+}
+
 extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
                                                            float* __restrict__ xa, int S, int xs, int nbt, int sp) {
     // Programmatic dependent launch (-DTS_PDL): the GEMV after this split may launch now and
@@ -2120,9 +2154,22 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
     // This thread's 8 columns (an aligned nibble-order group).
     const i64 i0 = (i64)blockIdx.x * TS_PREP_COLS + 8 * tid;
     const bool in = i0 < xs;
+    // Every block of row s finds the same max over the whole row (x is a few KB and sits in
+    // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
+    // 1024, so float4 loads never run past the row.
+    __shared__ float red[8];
+    float m = 0.0f;
+    if (real) {
+#pragma unroll 4
+        for (int i = 4 * tid; i < xs; i += 1024) {
+            const F4 v = load_x4(row, i);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+    }
 #ifdef TS_PREP_ROWS
     (void)nbt;
     (void)sp;
+    m = block_max_prep(m, red);
     float v[8];
     if (real && in) {
         const F4 a = load_x4(row, i0), b = load_x4(row, i0 + 4);
@@ -2132,22 +2179,9 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = 0.0f;
     }
-    // A segment's p needs only its own 128 columns: no pass over the row.
-    ts_seg_split(v, in && real, s, S, i0, xg, xa, xs, TS_PREP_NIB != 0);
+    ts_seg_split(v, in && real, s, S, i0, xg, xa, xs, TS_PREP_NIB != 0, m);
 #else
-    __shared__ float red[8];
     __shared__ float pp[2];
-    // Every block of row s finds the same max over the whole row (x is a few KB and sits in
-    // L2), so all of them derive the same p without a grid-wide step. xs is a multiple of
-    // 1024, so float4 loads never run past the row.
-    float m = 0.0f;
-    if (real) {
-#pragma unroll 4
-        for (int i = 4 * tid; i < xs; i += 1024) {
-            const F4 v = load_x4(row, i);
-            m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        }
-    }
     prep_scale(m, red, pp, xa, s);
     const float p = pp[0];
     float v[8];
@@ -2174,8 +2208,8 @@ extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restr
 // The engine's RMSNorm fused into the split (S = 1: row 0 of the 16-row layout). Grid:
 // ceil(xs / (8 blockDim.x)) blocks (blockDim.x = TS_PREP_FUSED_THREADS), block c splitting
 // columns c 8 blockDim.x .. Every block first reads the whole row (a few tens of KB from
-// L2, TS_PREP_SLOTS loads a thread in flight) for its sum of squares, so all of them derive
-// the same norm without a grid-wide step; each segment's p is its own (split.cuh).
+// L2, TS_PREP_SLOTS loads a thread in flight) for its sum of squares and its max, so all of
+// them derive the same norm and p without a grid-wide step.
 //
 // norm_prep: x = w v / sqrt(mean(v^2) + eps) over n columns (0 for n <= i < xs) with
 // v = src + d, or v = src where d is null (decode_ops.cu add_rmsnorm's arithmetic, summed
@@ -2186,28 +2220,31 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
     norm_prep(const float* __restrict__ src, const float* __restrict__ d, const float* __restrict__ w,
               float* __restrict__ dst, int n, float eps, unsigned short* __restrict__ xg,
               float* __restrict__ xa, int xs, int nbt) {
+    __shared__ float red[32];
     __shared__ float red2[32];
     (void)nbt;
     pdl_launch();
     pdl_wait();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
-    float ss = 0.0f;
+    float ss = 0.0f, mw = 0.0f;
     // TS_PREP_SLOTS columns a thread a round, all loaded before any is used: the row is a
     // round or two, each one trip to L2 (a loop that used each load before issuing the
     // next would wait out the latency once a column).
     for (int base = 0; base < n; base += TS_PREP_SLOTS * (int)blockDim.x) {
-        float a[TS_PREP_SLOTS], b[TS_PREP_SLOTS];
+        float a[TS_PREP_SLOTS], b[TS_PREP_SLOTS], c[TS_PREP_SLOTS];
 #pragma unroll
         for (int k = 0; k < TS_PREP_SLOTS; ++k) {
             const int i = base + k * (int)blockDim.x + tid;
             const bool ok = i < n;
             a[k] = ok ? src[i] : 0.0f;
             b[k] = ok && d != nullptr ? d[i] : 0.0f;
+            c[k] = ok ? w[i] : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < TS_PREP_SLOTS; ++k) {
             const float v = d != nullptr ? a[k] + b[k] : a[k];
             ss += v * v;
+            mw = fmaxf(mw, fabsf(c[k] * v));
         }
     }
 #pragma unroll
@@ -2217,6 +2254,9 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
     float total = 0.0f;
     for (int k = 0; k < warps; ++k) total += red2[k];
     const float r = 1.0f / sqrtf(total / (float)n + eps);
+    // max |w v r| = r max |w v| up to rounding, which can move p by a factor of 2 at most:
+    // the split is exact either way.
+    const float m = block_max_prep(mw, red) * r;
     const i64 i0 = (i64)blockIdx.x * (8 * blockDim.x) + 8 * tid;
     const bool in = i0 < xs;
     float v[8];
@@ -2231,7 +2271,7 @@ extern "C" __global__ void __launch_bounds__(TS_PREP_FUSED_THREADS)
         }
         v[e] = o;
     }
-    ts_seg_split(v, in, 0, 1, i0, xg, xa, xs, TS_PREP_NIB != 0);
+    ts_seg_split(v, in, 0, 1, i0, xg, xa, xs, TS_PREP_NIB != 0, m);
 }
 #endif  // TS_PREP_ROWS
 

@@ -4,10 +4,11 @@
 // and to decode_ops.cu (attention and SwiGLU write the split of the GEMV after them), so
 // the rule lives once. Device code only; no headers.
 //
-// Per segment of TS_SPLIT_SEG columns of activation s: p = 2^(14 - e) with the segment's
-// max |x| in [2^e, 2^(e+1)) (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite
-// segment), x_hi = f16(x p), x_lo = f16(x p - x_hi) (round to nearest, both of values exact
-// in f32). Halves [2S, xs]: row 2s x_hi, row 2s + 1 x_lo, 4-bit formats (nib) in the order
+// Per segment of TS_SPLIT_SEG columns of activation s: p = 2^(14 - e) with max |x| in
+// [2^e, 2^(e+1)) (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite max), the max
+// of the segment (a producer that sees only its own segments: the GEMV after it is built
+// with TS_SEG_P) or of the whole row (every segment then carries the row's p), x_hi =
+// f16(x p), x_lo = f16(x p - x_hi) (round to nearest, both of values exact in f32). Halves [2S, xs]: row 2s x_hi, row 2s + 1 x_lo, 4-bit formats (nib) in the order
 // 0, 4, 1, 5, 2, 6, 3, 7 of each 8 columns (the pairs gemv.cu `mma_decode` makes of a word).
 // xa: [S, xs / TS_SPLIT_SEG] 1/p, then the same shape of sums of x p over the segment (the
 // affine formats' zero term).
@@ -40,21 +41,22 @@ __device__ __forceinline__ float ts_f16_f32(unsigned h) {
 }
 
 // Splits one thread's 8 columns i0 .. i0 + 7 (i0 a multiple of 8) of activation s of S,
-// values x (zeros past the activation's length), where `in` (i0 < xs). The 16 lanes of each
-// half-warp must hold the 128 columns of one segment, lane 16 h + j columns 8 j .. 8 j + 7
-// of it: they find the segment's max and sum by shuffles, so every lane of the warp calls
-// this (lanes that hold no columns with `in` false). Lane 0 of the half-warp stores the
-// segment's 1/p and sum.
+// values x (zeros past the activation's length), where `in` (i0 < xs), with the p of
+// `row_max` (the row's max |x|), or where row_max < 0 of the segment's own max. The 16
+// lanes of each half-warp must hold the 128 columns of one segment, lane 16 h + j columns
+// 8 j .. 8 j + 7 of it: they find the segment's max and sum by shuffles, so every lane of
+// the warp calls this (lanes that hold no columns with `in` false). Lane 0 of the
+// half-warp stores the segment's 1/p and sum.
 __device__ __forceinline__ void ts_seg_split(const float (&x)[8], bool in, int s, int S, long long i0,
                                              unsigned short* __restrict__ xg, float* __restrict__ xa, int xs,
-                                             bool nib) {
+                                             bool nib, float row_max) {
     float m = 0.0f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(x[e]));
 #pragma unroll
     for (int k = 8; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     float p, inv;
-    ts_split_p(m, p, inv);
+    ts_split_p(row_max >= 0.0f ? row_max : m, p, inv);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = x[e] * p;  // exact: p is a power of two in range

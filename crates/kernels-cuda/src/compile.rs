@@ -105,6 +105,13 @@ pub struct Tuning {
     /// 2-4 groups where S leaves the n8 columns for them ([`crate::caps::rows_chunk`],
     /// gemv.cu `MmaClasses`); `false`: the format's own chunk (8 / 4 bytes).
     pub mma_classes: bool,
+    /// The 16-row tensor-core GEMV folds each k-block with its own 128-column segment's 1/p
+    /// (`-DTS_SEG_P`): for activations whose producer picked p per segment
+    /// ([`crate::CudaBackend::gemv_launch_presplit`]). Off, every segment carries the row's
+    /// p (the host's and `tile_prep` / `norm_prep`'s split) and the kernel applies it once
+    /// at the end, which costs row-scaled formats no per-k-block work (session 9, H200:
+    /// [28672 x 4096] int8-row 31.6 us without, 34.3 with). Set by the launch, not a knob.
+    pub mma_segment_p: bool,
     /// Programmatic dependent launch of the 16-row tensor-core GEMV and of `tile_prep`
     /// (`-DTS_PDL`, `cuLaunchKernelEx`): the GEMV may start and load weights while the
     /// previous kernel of the stream finishes; grids that [`crate::layout::pdl_pays`]
@@ -153,6 +160,7 @@ impl Default for Tuning {
             mma_small_grid_warps: Some(12),
             diag: 0,
             mma_classes: true,
+            mma_segment_p: false,
             pdl: true,
             gemm_nt_split: 8,
             gemm_nt_f16: 4,
@@ -335,6 +343,9 @@ impl ModuleKey {
                 }
                 if t.diag != 0 {
                     o.push(format!("-DTS_DIAG={}", t.diag));
+                }
+                if t.mma_segment_p {
+                    o.push("-DTS_SEG_P".to_string());
                 }
                 if t.pdl {
                     o.push("-DTS_PDL".to_string());

@@ -301,53 +301,75 @@ pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
 }
 
 /// The power of two p of one activation row or segment (max |x p| in [2^14, 2^15),
-/// clamped so 1/p stays a normal f32) and its f16 parts: x_hi = f16(x p),
-/// x_lo = f16(x p - x_hi). The exponent comes from max's bits, as split.cuh's `ts_split_p`
-/// takes it, so host and device pick the same p.
-fn split_row(row: &[f32]) -> (f64, impl Iterator<Item = (u16, u16)> + '_) {
+/// clamped so 1/p stays a normal f32). The exponent comes from max's bits, as split.cuh's
+/// `ts_split_p` takes it, so host and device pick the same p.
+fn split_p(row: &[f32]) -> f64 {
     let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
     // max in [2^e, 2^(e+1)) -> p = 2^(14 - e); a subnormal max reads e = -127, which the
     // clamp maps to the same 2^100 as its true exponent.
-    let p = if max > 0.0 && max.is_finite() {
+    if max > 0.0 && max.is_finite() {
         let e = ((max.to_bits() >> 23) & 0xFF) as i32 - 127;
         2f64.powi((14 - e).clamp(-100, 100))
     } else {
         1.0
-    };
-    let parts = row.iter().map(move |&v| {
+    }
+}
+
+/// The f16 parts of `row` scaled by p: x_hi = f16(x p), x_lo = f16(x p - x_hi).
+fn split_parts(row: &[f32], p: f64) -> impl Iterator<Item = (u16, u16)> + '_ {
+    row.iter().map(move |&v| {
         let scaled = v as f64 * p;
         let hi = half::f16::from_f64(scaled);
         (
             hi.to_bits(),
             half::f16::from_f64(scaled - hi.to_f64()).to_bits(),
         )
-    });
-    (p, parts)
+    })
 }
 
 /// Prepared activations ([s, x_stride], from [`prepare_activations`]) split for the
 /// tensor-core kernels, which multiply f16 operands exactly but cannot take f32.
 ///
-/// Per segment of [`MMA_SUM_SEGMENT`] columns of each activation row, p = 2^e puts the
-/// segment's max |x| in [2^14, 2^15): far from the f16 overflow and from its subnormals.
-/// Then x_hi = f16(x p) and x_lo = f16(x p - x_hi) (both exact roundings of values
-/// computed exactly in f64), so x_hi + x_lo = x p to about 2^-22 relative, and the kernel
-/// folds each k-block's two MMA columns with its segment's 1/p. A p per segment (not per
-/// row) lets a device kernel that produces only some segments of a row (an attention head,
-/// a block of SwiGLU) write the split itself (gemv.cu `seg_split`).
+/// Per activation row s, p = 2^e puts max |x| in [2^14, 2^15): far from the f16 overflow
+/// and from its subnormals. Then x_hi = f16(x p) and x_lo = f16(x p - x_hi) (both exact
+/// roundings of values computed exactly in f64), so x_hi + x_lo = x p to about 2^-22
+/// relative, and the kernel's two MMA columns sum to y p.
 ///
 /// Returns `halves`: [2 s, x_stride] f16 bits, row 2k = x_hi of activation k, row 2k + 1 =
-/// x_lo; and `aux`: `[s, x_stride / MMA_SUM_SEGMENT]` 1/p of each segment, then the same
-/// shape of sums of x p over the segments (for the affine formats' zero term), rounded
-/// once from f64. With `nibbles`
-/// (4-bit formats, whose decoded words pair columns j and j + 4), each aligned group of 8
-/// columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B fragments are words as
-/// loaded (gemv.cu `mma_b`).
+/// x_lo; and `aux`: `[s, x_stride / MMA_SUM_SEGMENT]` 1/p of each segment of
+/// [`MMA_SUM_SEGMENT`] columns (here every segment carries its row's), then the same shape
+/// of sums of x p over the segments (for the affine formats' zero term), rounded once from
+/// f64. With `nibbles` (4-bit formats, whose decoded words pair columns j and j + 4), each
+/// aligned group of 8 columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B
+/// fragments are words as loaded (gemv.cu `mma_b`).
 pub fn split_activations(
     xp: &[f32],
     s: usize,
     x_stride: usize,
     nibbles: bool,
+) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
+    split_rows(xp, s, x_stride, nibbles, false)
+}
+
+/// [`split_activations`] with one p per segment of [`MMA_SUM_SEGMENT`] columns (its own
+/// max |x| in [2^14, 2^15)): what a producer that writes only some segments of a row (an
+/// attention head, a block of SwiGLU: shaders/cuda/split.cuh) leaves for the GEMV built
+/// with `Tuning::mma_segment_p`, which folds each k-block with its segment's 1/p.
+pub fn split_activations_by_segment(
+    xp: &[f32],
+    s: usize,
+    x_stride: usize,
+    nibbles: bool,
+) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
+    split_rows(xp, s, x_stride, nibbles, true)
+}
+
+fn split_rows(
+    xp: &[f32],
+    s: usize,
+    x_stride: usize,
+    nibbles: bool,
+    per_segment: bool,
 ) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
     check_prepared(xp, s, x_stride)?;
     let segs = x_stride / MMA_SUM_SEGMENT;
@@ -356,11 +378,12 @@ pub fn split_activations(
     for (k, row) in xp.chunks_exact(x_stride).take(s).enumerate() {
         let (hi_row, lo_row) =
             halves[2 * k * x_stride..(2 * k + 2) * x_stride].split_at_mut(x_stride);
+        let row_p = split_p(row);
         for (g, seg) in row.chunks_exact(MMA_SUM_SEGMENT).enumerate() {
-            let (p, parts) = split_row(seg);
+            let p = if per_segment { split_p(seg) } else { row_p };
             aux[k * segs + g] = (1.0 / p) as f32;
             aux[(s + k) * segs + g] = seg.iter().map(|&v| v as f64 * p).sum::<f64>() as f32;
-            for (e, (hi, lo)) in parts.enumerate() {
+            for (e, (hi, lo)) in split_parts(seg, p).enumerate() {
                 let i = g * MMA_SUM_SEGMENT + e;
                 let at = if nibbles { nibble_order(i) } else { i };
                 hi_row[at] = hi;
@@ -481,7 +504,8 @@ pub fn gemm_activations(
     let mut aux = vec![0f32; sp + sp * segs];
     aux[..sp].fill(1.0);
     for (k, row) in xp.chunks_exact(x_stride).take(s).enumerate() {
-        let (p, parts) = split_row(row);
+        let p = split_p(row);
+        let parts = split_parts(row, p);
         aux[k] = (1.0 / p) as f32;
         let mut seg_sum = vec![0f64; segs];
         for (i, (hi, lo)) in parts.enumerate() {
@@ -707,7 +731,30 @@ mod tests {
             *v *= 1e-20;
         }
         let segs = cols / MMA_SUM_SEGMENT;
-        let (h, aux) = split_activations(&x, 2, cols, false).unwrap();
+        // One p a row: every segment carries the row's.
+        let (hr, auxr) = split_activations(&x, 2, cols, false).unwrap();
+        assert_eq!(auxr.len(), 2 * 2 * segs);
+        for k in 0..2 {
+            let max = x[k * cols..(k + 1) * cols]
+                .iter()
+                .fold(0f32, |m, v| m.max(v.abs())) as f64;
+            for g in 0..segs {
+                let inv_p = auxr[k * segs + g] as f64;
+                assert!(
+                    max / inv_p >= 16384.0 && max / inv_p < 32768.0,
+                    "k={k} g={g}"
+                );
+            }
+            for i in 0..cols {
+                let hi = half::f16::from_bits(hr[2 * k * cols + i]).to_f64();
+                let lo = half::f16::from_bits(hr[(2 * k + 1) * cols + i]).to_f64();
+                let back = (hi + lo) * auxr[k * segs] as f64;
+                let want = x[k * cols + i] as f64;
+                assert!((back - want).abs() <= 2f64.powi(-21) * max, "k={k} i={i}");
+            }
+        }
+        // One p a segment.
+        let (h, aux) = split_activations_by_segment(&x, 2, cols, false).unwrap();
         assert_eq!(h.len(), 2 * 2 * cols);
         assert_eq!(aux.len(), 2 * 2 * segs);
         for k in 0..2 {
@@ -776,15 +823,7 @@ mod tests {
         let mut rng = Rng::new(5);
         let (s, xs) = (3, 1024);
         let segs = xs / MMA_SUM_SEGMENT;
-        let mut x = activations(&mut rng, s, xs);
-        // Each segment holds its row's max, so the GEMV's p of every segment is the GEMM's
-        // p of the row and the two splits must agree bit for bit.
-        for row in x.chunks_exact_mut(xs) {
-            let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for seg in row.chunks_exact_mut(MMA_SUM_SEGMENT) {
-                seg[0] = max;
-            }
-        }
+        let x = activations(&mut rng, s, xs);
         let (h, aux) = split_activations(&x, s, xs, false).unwrap();
         let l = GemmLayout {
             chunk_bytes: 8,

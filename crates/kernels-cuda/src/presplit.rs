@@ -1,13 +1,15 @@
 //! Activations split by the kernel that produces them.
 //!
-//! The 16-row tensor-core GEMV reads its activation split into f16 parts with one power of
-//! two per 128-column segment (layout.rs `split_activations`, shaders/cuda/split.cuh). A
-//! producer that writes whole segments can therefore write that split itself (the engine's
-//! attention and SwiGLU kernels: resident.rs), and the GEMV after it then runs without a
-//! split launch of its own: [`CudaBackend::gemv_launch_presplit`]. The buffers carry the
+//! The 16-row tensor-core GEMV reads its activation split into f16 parts with a power of
+//! two in each 128-column segment's slot (layout.rs `split_activations`,
+//! shaders/cuda/split.cuh). A producer that writes whole segments can pick p per segment
+//! and write that split itself (the engine's attention and SwiGLU kernels: resident.rs);
+//! the GEMV after it then runs without a split launch of its own, in its build that folds
+//! each k-block with its segment's 1/p: [`CudaBackend::gemv_launch_presplit`]. The buffers carry the
 //! layout facts a producer needs (stride, nibble order), taken from the tensor they serve.
 
 use crate::caps;
+use crate::compile::Tuning;
 use crate::device::{CudaBackend, DeviceTensor};
 use crate::error::CudaError;
 use crate::layout;
@@ -110,14 +112,12 @@ impl CudaBackend {
                 w.rows()
             )));
         }
-        self.launch_rows(
-            w,
-            cap.kernel,
-            m,
-            (&split.halves, &split.aux),
-            1,
-            y,
-            self.tuning(),
-        )
+        // The producer chose p per segment: the GEMV build that folds each k-block with
+        // its segment's 1/p.
+        let tuning = Tuning {
+            mma_segment_p: true,
+            ..self.tuning().clone()
+        };
+        self.launch_rows(w, cap.kernel, m, (&split.halves, &split.aux), 1, y, &tuning)
     }
 }

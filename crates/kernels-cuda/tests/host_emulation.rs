@@ -91,6 +91,9 @@ type EmuGemmFn = unsafe extern "C" fn(
 ) -> i32;
 
 struct Emulator {
+    /// Built with TS_SEG_P: the tensor-core GEMV reads a split with one p per segment
+    /// (`layout::split_activations_by_segment`, what presplit producers write).
+    segment_p: bool,
     _lib: libloading::Library,
     f: EmuFn,
     mma: EmuMmaFn,
@@ -170,6 +173,7 @@ impl Emulator {
                 .expect("ts_emu_gemm symbol")
         };
         Some(Emulator {
+            segment_p: defines.contains(&"TS_SEG_P"),
             _lib: lib,
             f,
             mma,
@@ -236,8 +240,13 @@ impl Emulator {
         let xs = sh.x_stride as usize;
         let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
             .expect("activations");
-        let (xh, xa) = layout::split_activations(&xp, s, xs, caps::nibble_codes(cap.kernel.fmt))
-            .expect("split");
+        let nib = caps::nibble_codes(cap.kernel.fmt);
+        let (xh, xa) = if self.segment_p {
+            layout::split_activations_by_segment(&xp, s, xs, nib)
+        } else {
+            layout::split_activations(&xp, s, xs, nib)
+        }
+        .expect("split");
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
@@ -365,6 +374,13 @@ fn every_format_matches_the_oracle_with_12_warps() {
 /// rings run across the boundary); 2-warp blocks make a tile several rounds long, 12-warp
 /// ones leave warps without k-blocks in a tile's last round; a grid of 100000 gives every
 /// unit its own block.
+/// The 16-row tensor-core GEMV built with TS_SEG_P (`Tuning::mma_segment_p`, the presplit
+/// launch) on a split with one p per 128-column segment, which it folds per k-block.
+#[test]
+fn every_format_matches_the_oracle_segment_p() {
+    every_format_matches_the_oracle_with("segp", &["TS_SEG_P"]);
+}
+
 #[test]
 fn every_format_matches_the_oracle_persistent() {
     every_format_matches_the_oracle_with("persist5w2", &["TS_EMU_PERSIST=5", "TS_MMA_WARPS=2"]);
