@@ -10,7 +10,7 @@
 //! Since no kernel argument changes from one step to the next, a generation's second step
 //! captures its launches into a CUDA graph (everything from the embedding row's arrival to
 //! the argmax), and each later step is the two uploads, one graph launch and the read-back:
-//! one host call instead of ~320 launches (~390 without the fused norms; 2.9 ms of host
+//! one host call instead of ~260 launches (~390 without the fused norms and presplits; 2.9 ms of host
 //! enqueue a step on the H200, docs/PERF.md). The graph belongs to the
 //! generation's [`ResidentState`] (its arguments point into that state's buffers and the
 //! GEMVs' scratch, which nothing reallocates while the generation runs, since it alone uses
@@ -32,6 +32,12 @@
 //! residual whole, so the updated one goes to the other of two buffers and the stream
 //! alternates between them in the same order every step (the graph replays it).
 //! `TESSERA_RESIDENT_PROLOGUE=0` runs add_rmsnorm as its own kernel instead.
+//!
+//! The attention and SwiGLU kernels write the o and down projections' split themselves
+//! (kernels-cuda `presplit`: a power of two per 128-column segment, which a kernel that
+//! writes whole segments can choose alone), so those GEMVs need no split launch: 64 launches
+//! fewer a Llama-3-8B step, 434 -> 456 tokens/s on the H200 in one call (docs/ENGINE.md).
+//! `TESSERA_RESIDENT_PRESPLIT=0|attn|mlp` turns it off or keeps one of the two.
 //!
 //! The loader takes this path only when the gate ([`crate::gate::layer_path_with`] against
 //! the backend's fused table) puts every layer on it and the LM head's format is covered
