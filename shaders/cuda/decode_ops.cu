@@ -315,6 +315,24 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     }
 }
 
+// Values of one warp's chunk positions jc + warp + u TS_ATT_WARPS (u < TS_ATT_ROWS; the
+// current position's from vn, not yet in the cache for every block), dims d0 + lane + 32 t
+// (t < 4); zero past the chunk's end or past hd.
+__device__ __forceinline__ void att_values(const float* __restrict__ vn, const float* __restrict__ vc, int jc,
+                                           int jend, int pos, int warp, int lane, int kvw, int g, int hd, int d0,
+                                           float (&vv)[TS_ATT_ROWS][4]) {
+#pragma unroll
+    for (int u = 0; u < TS_ATT_ROWS; ++u) {
+        const int j = jc + warp + u * TS_ATT_WARPS;
+        const float* vj = j == pos ? vn : vc + (size_t)j * kvw + (size_t)g * hd;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int d = d0 + lane + 32 * t;
+            vv[u][t] = j < jend && d < hd ? vj[d] : 0.f;
+        }
+    }
+}
+
 // Head h's output o [hd] (shared memory, past a barrier) into the split of the GEMV after
 // attention (split.cuh: the 16-row layout, S = 1, columns h hd ..). hd is a multiple of
 // TS_SPLIT_SEG (the host checks), so the head's segments are its own: threads 0 .. hd / 8
@@ -372,6 +390,10 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
     const float* vn = vnew + (size_t)g * hd;
     att_load_rotate(q, knew, qs, ks, h, g, hd, qn, kn, eps, inv_freq, half, af, pos, red);
     if (h % group == 0 && c == nc - 1) att_append(kc, vc, ks, vn, pos, kvw, g, hd);
+    // The values of the warp's positions, first 128 dims (four a lane), loaded now: they do
+    // not depend on the scores, so their trip to memory overlaps the keys'.
+    float v0[TS_ATT_ROWS][4];
+    att_values(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, 0, v0);
     // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS.
     {
         const float* kp[TS_ATT_ROWS];
@@ -399,15 +421,13 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
     for (int d0 = 0; d0 < hd; d0 += 128) {
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         float vv[TS_ATT_ROWS][4];
+        if (d0 == 0) {
 #pragma unroll
-        for (int u = 0; u < TS_ATT_ROWS; ++u) {
-            const int j = jc + warp + u * TS_ATT_WARPS;
-            const float* vj = j == pos ? vn : vc + (size_t)j * kvw + (size_t)g * hd;
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int d = d0 + lane + 32 * t;
-                vv[u][t] = j < jend && d < hd ? vj[d] : 0.f;
-            }
+                for (int t = 0; t < 4; ++t) vv[u][t] = v0[u][t];
+        } else {
+            att_values(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, d0, vv);
         }
 #pragma unroll
         for (int u = 0; u < TS_ATT_ROWS; ++u)
