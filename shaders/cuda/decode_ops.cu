@@ -315,20 +315,21 @@ extern "C" __global__ void attention_rope(const float* __restrict__ q,
     }
 }
 
-// Values of one warp's chunk positions jc + warp + u TS_ATT_WARPS (u < TS_ATT_ROWS; the
-// current position's from vn, not yet in the cache for every block), dims d0 + lane + 32 t
-// (t < 4); zero past the chunk's end or past hd.
-__device__ __forceinline__ void att_values(const float* __restrict__ vn, const float* __restrict__ vc, int jc,
-                                           int jend, int pos, int warp, int lane, int kvw, int g, int hd, int d0,
-                                           float (&vv)[TS_ATT_ROWS][4]) {
+// Rows of one warp's chunk positions jc + warp + u TS_ATT_WARPS (u < TS_ATT_ROWS) of a
+// cache [cap, kvw] for group g, dims d0 + lane + 32 t (t < 4): the current position's from
+// `cur` (its row may not be in the cache yet for this block; null: read as zero, the
+// caller fills it), zero past the chunk's end or past hd.
+__device__ __forceinline__ void att_rows(const float* __restrict__ cur, const float* __restrict__ cache, int jc,
+                                         int jend, int pos, int warp, int lane, int kvw, int g, int hd, int d0,
+                                         float (&vv)[TS_ATT_ROWS][4]) {
 #pragma unroll
     for (int u = 0; u < TS_ATT_ROWS; ++u) {
         const int j = jc + warp + u * TS_ATT_WARPS;
-        const float* vj = j == pos ? vn : vc + (size_t)j * kvw + (size_t)g * hd;
+        const float* vj = j == pos ? cur : cache + (size_t)j * kvw + (size_t)g * hd;
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const int d = d0 + lane + 32 * t;
-            vv[u][t] = j < jend && d < hd ? vj[d] : 0.f;
+            vv[u][t] = j < jend && d < hd && vj != nullptr ? vj[d] : 0.f;
         }
     }
 }
@@ -388,13 +389,16 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
     const int chunks = (cap + TS_ATT_CHUNK - 1) / TS_ATT_CHUNK;
     const int jend = jc + TS_ATT_CHUNK < pos + 1 ? jc + TS_ATT_CHUNK : pos + 1;
     const float* vn = vnew + (size_t)g * hd;
+    // The cached keys and values of the warp's positions, first 128 dims (four a lane),
+    // loaded before q and k: none depends on them, so all their trips to memory overlap
+    // (the current position's key is the rotated one in shared memory, taken below).
+    float k0[TS_ATT_ROWS][4], v0[TS_ATT_ROWS][4];
+    att_rows(nullptr, kc, jc, jend, pos, warp, lane, kvw, g, hd, 0, k0);
+    att_rows(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, 0, v0);
     att_load_rotate(q, knew, qs, ks, h, g, hd, qn, kn, eps, inv_freq, half, af, pos, red);
     if (h % group == 0 && c == nc - 1) att_append(kc, vc, ks, vn, pos, kvw, g, hd);
-    // The values of the warp's positions, first 128 dims (four a lane), loaded now: they do
-    // not depend on the scores, so their trip to memory overlaps the keys'.
-    float v0[TS_ATT_ROWS][4];
-    att_values(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, 0, v0);
-    // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS.
+    // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS,
+    // summed over d = lane, lane + 32, .. as att_scores does (dims past 128 loaded here).
     {
         const float* kp[TS_ATT_ROWS];
         float acc[TS_ATT_ROWS];
@@ -402,8 +406,27 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
         for (int u = 0; u < TS_ATT_ROWS; ++u) {
             const int j = jc + warp + u * TS_ATT_WARPS;
             kp[u] = j < jend ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
+            acc[u] = 0.f;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int d = lane + 32 * t;
+                if (d < hd) acc[u] += qs[d] * (j == pos ? ks[d] : k0[u][t]);
+            }
         }
-        att_scores(qs, kp, hd, lane, acc);
+        for (int i0 = 128; i0 < hd; i0 += 128) {
+            float kv[TS_ATT_ROWS][4];
+            att_rows(ks, kc, jc, jend, pos, warp, lane, kvw, g, hd, i0, kv);
+#pragma unroll
+            for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int i = i0 + lane + 32 * t;
+                    if (i < hd) acc[u] += qs[i] * kv[u][t];
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < TS_ATT_ROWS; ++u)
+            for (int o = 16; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
 #pragma unroll
         for (int u = 0; u < TS_ATT_ROWS; ++u)
             if (lane == 0) ps[warp + u * TS_ATT_WARPS] = kp[u] != nullptr ? acc[u] * scale : TS_NEG_INF;
@@ -427,7 +450,7 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
 #pragma unroll
                 for (int t = 0; t < 4; ++t) vv[u][t] = v0[u][t];
         } else {
-            att_values(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, d0, vv);
+            att_rows(vn, vc, jc, jend, pos, warp, lane, kvw, g, hd, d0, vv);
         }
 #pragma unroll
         for (int u = 0; u < TS_ATT_ROWS; ++u)
