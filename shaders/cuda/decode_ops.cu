@@ -166,6 +166,26 @@ __device__ void att_append(float* __restrict__ kc, float* __restrict__ vc, const
     }
 }
 
+// acc[u] += q . k_u over dims i0 + lane + 32 t (t < 4, below hd), kv[u][t] holding those
+// dims of row u.
+__device__ __forceinline__ void att_dot_add(const float* qs, const float (&kv)[TS_ATT_ROWS][4], int i0, int hd,
+                                            int lane, float (&acc)[TS_ATT_ROWS]) {
+#pragma unroll
+    for (int u = 0; u < TS_ATT_ROWS; ++u)
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int i = i0 + lane + 32 * t;
+            if (i < hd) acc[u] += qs[i] * kv[u][t];
+        }
+}
+
+// Each acc[u] summed over the warp (every lane gets the totals).
+__device__ __forceinline__ void att_warp_sum(float (&acc)[TS_ATT_ROWS]) {
+#pragma unroll
+    for (int u = 0; u < TS_ATT_ROWS; ++u)
+        for (int o = 16; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+}
+
 // Scores of up to TS_ATT_ROWS positions for one warp: acc[u] = q . k_u over hd dims, the
 // k rows at kp[u] (null: no position; acc[u] stays 0), summed over i = lane, lane + 32, ..
 // in that order, then over the warp (every lane gets the totals). Each round loads 4 dims
@@ -184,17 +204,9 @@ __device__ __forceinline__ void att_scores(const float* qs, const float* (&kp)[T
                 const int i = i0 + lane + 32 * t;
                 kv[u][t] = kp[u] != nullptr && i < hd ? kp[u][i] : 0.f;
             }
-#pragma unroll
-        for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int i = i0 + lane + 32 * t;
-                if (i < hd) acc[u] += qs[i] * kv[u][t];
-            }
+        att_dot_add(qs, kv, i0, hd, lane, acc);
     }
-#pragma unroll
-    for (int u = 0; u < TS_ATT_ROWS; ++u)
-        for (int o = 16; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+    att_warp_sum(acc);
 }
 
 // Grid: nh blocks (query heads), one token at position `pos` = *pos_p, read from device
@@ -400,36 +412,28 @@ extern "C" __global__ void attention_chunks(const float* __restrict__ q,
     // Scores of the chunk: warp w takes positions jc + w + u TS_ATT_WARPS, u < TS_ATT_ROWS,
     // summed over d = lane, lane + 32, .. as att_scores does (dims past 128 loaded here).
     {
-        const float* kp[TS_ATT_ROWS];
+        bool real[TS_ATT_ROWS];
         float acc[TS_ATT_ROWS];
 #pragma unroll
         for (int u = 0; u < TS_ATT_ROWS; ++u) {
             const int j = jc + warp + u * TS_ATT_WARPS;
-            kp[u] = j < jend ? (j == pos ? ks : kc + (size_t)j * kvw + (size_t)g * hd) : nullptr;
+            real[u] = j < jend;
             acc[u] = 0.f;
+            if (j == pos) {
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int d = lane + 32 * t;
-                if (d < hd) acc[u] += qs[d] * (j == pos ? ks[d] : k0[u][t]);
+                for (int t = 0; t < 4; ++t) k0[u][t] = lane + 32 * t < hd ? ks[lane + 32 * t] : 0.f;
             }
         }
+        att_dot_add(qs, k0, 0, hd, lane, acc);
         for (int i0 = 128; i0 < hd; i0 += 128) {
             float kv[TS_ATT_ROWS][4];
             att_rows(ks, kc, jc, jend, pos, warp, lane, kvw, g, hd, i0, kv);
-#pragma unroll
-            for (int u = 0; u < TS_ATT_ROWS; ++u)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int i = i0 + lane + 32 * t;
-                    if (i < hd) acc[u] += qs[i] * kv[u][t];
-                }
+            att_dot_add(qs, kv, i0, hd, lane, acc);
         }
+        att_warp_sum(acc);
 #pragma unroll
         for (int u = 0; u < TS_ATT_ROWS; ++u)
-            for (int o = 16; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
-#pragma unroll
-        for (int u = 0; u < TS_ATT_ROWS; ++u)
-            if (lane == 0) ps[warp + u * TS_ATT_WARPS] = kp[u] != nullptr ? acc[u] * scale : TS_NEG_INF;
+            if (lane == 0) ps[warp + u * TS_ATT_WARPS] = real[u] ? acc[u] * scale : TS_NEG_INF;
     }
     __syncthreads();
     // The chunk's max and weights (every thread reads the TS_ATT_CHUNK scores).

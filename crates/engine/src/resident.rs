@@ -36,7 +36,7 @@
 //! The attention and SwiGLU kernels write the o and down projections' split themselves
 //! (kernels-cuda `presplit`: a power of two per 128-column segment, which a kernel that
 //! writes whole segments can choose alone), so those GEMVs need no split launch: 64 launches
-//! fewer a Llama-3-8B step, 434 -> 456 tokens/s on the H200 in one call (466 with attention's
+//! fewer a Llama-3-8B step, 434 -> 456 tokens/s on the H200 in one call (468 with attention's
 //! cache loads in one round; docs/ENGINE.md).
 //! `TESSERA_RESIDENT_PRESPLIT=0|attn|mlp` turns it off or keeps one of the two.
 //!

@@ -14,8 +14,8 @@
 mod common;
 
 use common::{
-    S_LIST, check, check_at, format_rng, formats_under_test, gemm_formats_under_test, gemm_shapes,
-    inputs, run_seed, shapes, tensor,
+    S_LIST, assert_ran_clean, check, check_at, format_rng, formats_under_test,
+    gemm_formats_under_test, gemm_shapes, inputs, run_seed, shapes, tensor,
 };
 use kernels_cuda::caps::{self, Op};
 use kernels_cuda::{
@@ -385,14 +385,7 @@ fn fused_norm_matches_the_oracle() {
         }
         println!("{format:<22} fused norm worst error {worst:.2e}");
     }
-    println!("{ran} shapes took the fused split");
-    assert!(ran > 0, "no format under test takes the fused split");
-    assert!(
-        failures.is_empty(),
-        "{} runs failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_ran_clean(ran, "shapes took the fused split", &failures);
 }
 
 #[test]

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{check, format_rng, formats_under_test, run_seed, shapes, tensor};
+use common::{assert_ran_clean, check, format_rng, formats_under_test, run_seed, shapes, tensor};
 use kernels_cuda::resident::{AttentionScratch, AttentionShape, DecodeKernels, RopeArgs};
 use kernels_cuda::{CudaBackend, CudaError};
 use quant_core::testdata::Rng;
@@ -103,14 +103,7 @@ fn swiglu_split_feeds_the_gemv() {
         }
         println!("{format:<22} swiglu presplit worst error {worst:.2e}");
     }
-    println!("{ran} shapes took the presplit launch");
-    assert!(ran > 0, "no format under test has a presplit launch");
-    assert!(
-        failures.is_empty(),
-        "{} runs failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_ran_clean(ran, "shapes took the presplit launch", &failures);
 }
 
 /// Chunked attention at positions inside the first chunk (its block writes the output and
@@ -217,12 +210,5 @@ fn attention_split_feeds_the_gemv() {
         }
         println!("{format:<22} attention presplit worst error {worst:.2e}");
     }
-    println!("{ran} runs took the presplit launch");
-    assert!(ran > 0, "no format under test has a presplit launch");
-    assert!(
-        failures.is_empty(),
-        "{} runs failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_ran_clean(ran, "runs took the presplit launch", &failures);
 }

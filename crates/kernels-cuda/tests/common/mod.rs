@@ -104,6 +104,19 @@ pub fn check_at(
     }
 }
 
+/// The end of a suite that must have run something: `ran` runs of `what` happened (one at
+/// least) and none failed (the failures listed).
+pub fn assert_ran_clean(ran: usize, what: &str, failures: &[String]) {
+    println!("{ran} {what}");
+    assert!(ran > 0, "no format under test: 0 {what}");
+    assert!(
+        failures.is_empty(),
+        "{} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Formats with a GEMM row, narrowed like [`formats_under_test`].
 pub fn gemm_formats_under_test() -> Vec<Format> {
     let gemm = caps::formats(Op::Gemm);
