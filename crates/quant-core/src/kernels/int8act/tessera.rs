@@ -48,13 +48,18 @@ impl Int8Kernel for Int8RowQ {
         n: usize,
         out: &mut [f32],
     ) {
-        let body = Int8Body {
+        QDriver(self.body(t, a)).run(level, row0, n, out);
+    }
+}
+
+impl Int8RowQ {
+    fn body<'a, 'b>(&self, t: &'a QTensor<'b>, a: &'a QActs) -> Int8Body<'a, 'b> {
+        Int8Body {
             t,
             a,
             full: t.cols() / 32,
             blocks: t.cols().div_ceil(32),
-        };
-        QDriver(body).run(level, row0, n, out);
+        }
     }
 }
 
@@ -175,6 +180,12 @@ impl Int8Kernel for Int4Q {
         n: usize,
         out: &mut [f32],
     ) {
+        QDriver(self.body(t, a)).run(level, row0, n, out);
+    }
+}
+
+impl Int4Q {
+    fn body<'a, 'b>(&self, t: &'a QTensor<'b>, a: &'a QActs) -> Int4Body<'a, 'b> {
         let cols = t.cols();
         let gs = t.format().spec().group_size().map_or(0, |g| g as usize);
         let period = if gs == 0 { 1 } else { gs / gcd(gs, 64) };
@@ -202,7 +213,7 @@ impl Int8Kernel for Int4Q {
                 *g = (64 * (4 * p + l % 4)).checked_div(gs).unwrap_or(0) as u32 - first as u32;
             }
         }
-        let body = Int4Body {
+        Int4Body {
             t,
             a,
             gs,
@@ -214,8 +225,7 @@ impl Int8Kernel for Int4Q {
             quad_groups,
             qperiod,
             quad_step: 256usize.checked_div(gs).unwrap_or(0),
-        };
-        QDriver(body).run(level, row0, n, out);
+        }
     }
 }
 
@@ -641,13 +651,18 @@ impl Int8Kernel for AffineQ {
         n: usize,
         out: &mut [f32],
     ) {
-        let body = AffineBody {
+        QDriver(self.body(t, a)).run(level, row0, n, out);
+    }
+}
+
+impl AffineQ {
+    fn body<'a, 'b>(&self, t: &'a QTensor<'b>, a: &'a QActs) -> AffineBody<'a, 'b> {
+        AffineBody {
             t,
             a,
             header: self.0,
             blocks: t.cols() / 256,
-        };
-        QDriver(body).run(level, row0, n, out);
+        }
     }
 }
 
@@ -743,5 +758,59 @@ impl QBody for AffineBody<'_, '_> {
     }
     fn batch(&self) -> usize {
         self.a.s
+    }
+}
+
+#[cfg(test)]
+mod tile_policy {
+    //! The row tiles each body asks the driver for at S = 1: one row at a time up to
+    //! `ONE_ROW_MAX_COLS` columns, and on longer rows eight at a time where that was
+    //! measured to stream faster (each body's `eight_rows`), four otherwise. A speed choice:
+    //! the results do not depend on it, so only these tests see the policy change.
+    use super::*;
+    use crate::kernels::Micro;
+    use crate::kernels::int8act::ONE_ROW_MAX_COLS;
+    use crate::registry::Format;
+    use crate::testdata::{Rng, weights};
+    use crate::{EncodeOptions, encode};
+
+    /// (one row at a time, eight rows at a time) for a [2, cols] tensor of `format`.
+    fn policy(format: Format, cols: usize) -> (bool, bool) {
+        let w = weights(&mut Rng::new(7), 2, cols);
+        let e = encode(format, 2, cols, &w, &EncodeOptions::default()).expect("encode");
+        let t = e.view();
+        let x = vec![0.5f32; cols];
+        fn tiles(d: &impl Micro) -> (bool, bool) {
+            (d.one_row_at_a_time(), d.eight_rows_at_a_time())
+        }
+        match format {
+            Format::Int8Row => {
+                let a = QActs::new(INT8_ROW.layout(), &x, 1, cols);
+                tiles(&QDriver(INT8_ROW.body(&t, &a)))
+            }
+            Format::Mq4G256V2 => {
+                let a = QActs::new(MQ4_V2.layout(), &x, 1, cols);
+                tiles(&QDriver(MQ4_V2.body(&t, &a)))
+            }
+            _ => {
+                let a = QActs::new(INT4.layout(), &x, 1, cols);
+                tiles(&QDriver(INT4.body(&t, &a)))
+            }
+        }
+    }
+
+    #[test]
+    fn short_rows_go_one_at_a_time_long_rows_eight_where_measured() {
+        let long = ONE_ROW_MAX_COLS + 256;
+        for (format, eight) in [
+            (Format::Int8Row, false),
+            (Format::Int4Row, true),
+            (Format::Int4G64, true),
+            (Format::Int4G128, false),
+            (Format::Mq4G256V2, true),
+        ] {
+            assert!(policy(format, ONE_ROW_MAX_COLS).0, "{format}");
+            assert_eq!(policy(format, long), (false, eight), "{format}");
+        }
     }
 }
