@@ -807,6 +807,32 @@ pub struct AttentionShape {
 mod tests {
     use super::*;
 
+    /// Attention writes a split only from the chunked kernel, only where a head is whole
+    /// segments of 128 columns, and only into buffers that hold every head.
+    #[test]
+    fn attention_writes_a_split_only_where_its_heads_are_whole_segments() {
+        let shape = |heads, head_dim| AttentionShape {
+            heads,
+            kv_heads: 1,
+            head_dim,
+            cap: 64,
+        };
+        let l = |x_stride| SplitLayout {
+            x_stride,
+            nibbles: true,
+        };
+        let ok = DecodeKernels::attention_splits;
+        assert!(ok(AttentionMode::Chunks, shape(32, 128), l(4096)));
+        assert!(ok(AttentionMode::Chunks, shape(8, 256), l(4096)));
+        assert!(ok(AttentionMode::Chunks, shape(7, 128), l(1024)));
+        assert!(!ok(AttentionMode::Chunks, shape(32, 64), l(4096)));
+        assert!(!ok(AttentionMode::Chunks, shape(14, 96), l(2048)));
+        assert!(!ok(AttentionMode::Chunks, shape(32, 128), l(3072)));
+        assert!(!ok(AttentionMode::Split, shape(32, 128), l(4096)));
+        assert!(!ok(AttentionMode::Serial, shape(32, 128), l(4096)));
+        assert!(!ok(AttentionMode::Chunks, shape(usize::MAX, 128), l(4096)));
+    }
+
     #[test]
     fn source_names_every_kernel_and_the_block() {
         for k in [
