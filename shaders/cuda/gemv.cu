@@ -2081,6 +2081,18 @@ TS_GEMM_KERNEL(TS_GEMM)
 // Columns one tile_prep block splits (8 a thread): grid (ceil(xs / TS_PREP_COLS), sp).
 #define TS_PREP_COLS 2048
 
+// The max of m over the block (every thread gets it); `red` holds one float a warp.
+TS_DEV float block_max_prep(float m, float* red) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    float mm = 0.0f;
+    for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
+    return mm;
+}
+
 #ifndef TS_PREP_ROWS
 // Offset (in halves) of B column n, column i: layout.rs GemmLayout::offset.
 TS_DEV i64 tile_offset(int n, i64 i, int nbt) {
@@ -2098,7 +2110,6 @@ TS_DEV i64 tile_offset(int n, i64 i, int nbt) {
 // Thread 0 of the block derives p and 1/p from the row's max |x| (split.cuh `ts_split_p`)
 // into pp[0], pp[1], and block 0 of the row stores 1/p at xa[s]. `red` holds the block's
 // warp maxima.
-TS_DEV float block_max_prep(float m, float* red);
 TS_DEV void prep_scale(float m, float* red, float* pp, float* __restrict__ xa, int s) {
     const float mm = block_max_prep(m, red);
     if (threadIdx.x == 0) {
@@ -2129,18 +2140,6 @@ TS_DEV void prep_store(const float (&v)[8], bool in, int s, i64 i0, unsigned sho
     if (in && (lane & 15) == 0) xa[sp + (i64)s * (xs / TS_SUM_SEG) + i0 / TS_SUM_SEG] = t;
 }
 #endif  // !TS_PREP_ROWS
-
-// The max of m over the block (every thread gets it); `red` holds one float a warp.
-TS_DEV float block_max_prep(float m, float* red) {
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = blockDim.x >> 5;
-#pragma unroll
-    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-    if (lane == 0) red[warp] = m;
-    __syncthreads();
-    float mm = 0.0f;
-    for (int k = 0; k < warps; ++k) mm = fmaxf(mm, red[k]);
-    return mm;
-}
 
 extern "C" __global__ void __launch_bounds__(256) tile_prep(const float* __restrict__ x, unsigned short* __restrict__ xg,
                                                            float* __restrict__ xa, int S, int xs, int nbt, int sp) {
