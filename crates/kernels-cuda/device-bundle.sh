@@ -6,6 +6,7 @@
 #   .device/bench_gemm       the GEMM benchmark (example)
 #   .device/anchor_gpu.py    torch peers, from ../shared/anchors
 #   .device/anchor_gemm.py   cuBLAS bf16 GEMM peers (crates/kernels-cuda/anchor_gemm.py)
+#   .device/ncu_sass_mix.py  summary of an ncu SASS report (the run's `sass` stage)
 #   .device/xtask            `cargo xtask test-matrix` with the cuda backend (if it builds)
 #   .device/run.sh           the whole device run (docs/CUDA.md), writing under $OUT
 # Usage: crates/kernels-cuda/device-bundle.sh   (CARGO_TARGET_DIR is honoured; DEVICE_DIR
@@ -36,6 +37,7 @@ else
 fi
 install -m 644 "$root/../shared/anchors/anchor_gpu.py" "$dev/anchor_gpu.py"
 install -m 644 "$root/crates/kernels-cuda/anchor_gemm.py" "$dev/anchor_gemm.py"
+install -m 644 "$root/crates/kernels-cuda/ncu_sass_mix.py" "$dev/ncu_sass_mix.py"
 install -m 755 "$root/crates/kernels-cuda/device-run.sh" "$dev/run.sh"
 du -ch "$dev"/* | tail -1
 ls -la "$dev"

@@ -7,6 +7,8 @@
 #                                (SKIP_GEMM=1 leaves out bench_gemm and the cuBLAS GEMM
 #                                anchor, SKIP_ANCHORS=1 the torch anchors)
 #   bash .device/run.sh matrix   `xtask test-matrix --backend cuda` (docs/BACKENDS.md column)
+#   bash .device/run.sh sass     ncu's per-instruction profile of the 16-row GEMV for each
+#                                S:OxI:format in $SASS_CASES, summarised by opcode
 #   bash .device/run.sh all      test, bench, matrix (mind the 10-minute call limit)
 # Several stages may be given: `bash .device/run.sh test bench`. Every step has its own
 # time limit, so one hang cannot eat the call. Everything lands in $OUT/results.tgz
@@ -99,6 +101,22 @@ if [[ " $stages " == *" diag "* ]]; then
   else
     echo "no ncu on this machine" | tee -a "$OUT/summary.txt"
   fi
+fi
+if [[ " $stages " == *" sass "* ]]; then
+  # Per-instruction profile (not part of `all`): for each S:OxI:format in $SASS_CASES, ncu's
+  # SASS source page of one 16-row GEMV launch (executions and stall samples per
+  # instruction, clocks unlocked), summarised by opcode (ncu_sass_mix.py).
+  echo "== sass"
+  for c in ${SASS_CASES:-1:28672x4096:int4-g64}; do
+    IFS=: read -r s sh f <<< "$c"
+    rep="$OUT/sass_${s}_${sh}_${f}.csv"
+    start=$(date +%s)
+    timeout 120 ncu --clock-control none -k regex:gemv_mma -s 3 -c 1 --section SourceCounters \
+      --section WarpStateStats --page source --print-source sass --csv \
+      .device/bench_gemv --quick --batches "$s" --shapes "$sh" --formats "$f" > "$rep" 2>&1
+    echo "sass $c rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+    python3 .device/ncu_sass_mix.py "$rep" 15 | tee "$OUT/sass_${s}_${sh}_${f}.txt"
+  done
 fi
 if has matrix; then
   if [ -x .device/xtask ]; then
