@@ -6,7 +6,8 @@
 //! VM's read bandwidth moved between 30 and 58 GB/s in ten runs within two minutes
 //! (docs/PERF.md), so a ratio of the two carries that drift. Here the read is read_bw.c's
 //! loop (four 512-bit accumulators over each thread's contiguous share, as its OpenMP
-//! static schedule splits the buffer), over buffers of exactly the tensor's stored bytes,
+//! static schedule splits the buffer; on a CPU without AVX-512, where read_bw.c does not
+//! build, eight 256-bit ones), over buffers of exactly the tensor's stored bytes,
 //! copied until they hold 256 MB, in tessera's weight buffers (`quant_core::memory`, the
 //! pages the GEMV's copies get).
 //! Output, one line each:
@@ -42,22 +43,61 @@ fn read_part(b: &[u8]) -> f32 {
     ))
 }
 
-/// One streaming read of `b` on every rayon thread, each over its contiguous share.
-fn read(b: &[u8]) -> f32 {
+/// The same loop with 32-byte loads, eight accumulators (the bytes in flight of the
+/// 512-bit loop), for CPUs without AVX-512, where read_bw.c itself does not build.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn read_part_avx(b: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for c in b.chunks_exact(256) {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: 32 readable bytes at 32k of a 256-byte chunk.
+            let v = unsafe { _mm256_loadu_ps(c.as_ptr().add(32 * k).cast()) };
+            *a = _mm256_add_ps(*a, v);
+        }
+    }
+    let mut lanes = [0f32; 8];
+    for a in acc {
+        let mut v = [0f32; 8];
+        // SAFETY: 8 writable floats.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), a) };
+        for (l, x) in lanes.iter_mut().zip(v) {
+            *l += x;
+        }
+    }
+    lanes.iter().sum()
+}
+
+/// One streaming read of `b` on every rayon thread, each over its contiguous share, with
+/// the widest loop the CPU runs.
+fn read(b: &[u8], avx512: bool) -> f32 {
     use rayon::prelude::*;
     let n = rayon::current_num_threads().max(1);
     let share = b.len().div_ceil(n).next_multiple_of(256);
     b.par_chunks(share)
-        // SAFETY: the binary is built with -C target-cpu=native on an AVX-512 machine; the
-        // caller checked the feature.
-        .map(|p| unsafe { read_part(p) })
+        // SAFETY: `avx512` is the runtime check of that feature; AVX is checked by the
+        // caller.
+        .map(|p| unsafe {
+            if avx512 {
+                read_part(p)
+            } else {
+                read_part_avx(p)
+            }
+        })
         .sum()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !std::is_x86_feature_detected!("avx512f") {
-        eprintln!("skipped: the read probe is read_bw.c's AVX-512 loop; this CPU has no AVX-512");
+    if !std::is_x86_feature_detected!("avx") {
+        eprintln!("skipped: the read probe needs AVX; this CPU has none");
         return Ok(());
+    }
+    let avx512 = std::is_x86_feature_detected!("avx512f");
+    if !avx512 {
+        eprintln!(
+            "note: no AVX-512: the read probe runs its 256-bit form (read_bw.c's loop needs AVX-512)"
+        );
     }
     let (formats, shapes) =
         formats_and_shapes("int8-row,int4-row,int4-g64,fp8-e4m3-b128,mq4-g256-v2,q8_0,q4_k,q6_k");
@@ -80,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for path in paths {
                 let mut y = vec![0f32; o];
                 for k in 0..copies {
-                    std::hint::black_box(read(&plain[k]));
+                    std::hint::black_box(read(&plain[k], avx512));
                     gemm_with(path, &ours[k].view(), &x, 1, &mut y)?;
                 }
                 let calls = (3 * copies).max(200);
@@ -88,7 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for r in 0..calls {
                     let (a, b) = (r % copies, (r + copies / 2) % copies);
                     let t = Instant::now();
-                    std::hint::black_box(read(&plain[a]));
+                    std::hint::black_box(read(&plain[a], avx512));
                     tr.push(t.elapsed().as_secs_f64());
                     let t = Instant::now();
                     gemm_with(path, &ours[b].view(), &x, 1, &mut y)?;
