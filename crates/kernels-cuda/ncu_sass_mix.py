@@ -37,7 +37,8 @@ def main():
     samples = sum(per_op_stall.values()) or 1
     print(f"warp instructions executed: {total}, stall samples: {samples}")
     for op, n in per_op.most_common(top):
-        print(f"{op:10s} {n:12d} {100 * n / total:5.1f}%  stall samples {100 * per_op_stall[op] / samples:5.1f}%")
+        share, stalls = 100 * n / total, 100 * per_op_stall[op] / samples
+        print(f"{op:10s} {n:12d} {share:5.1f}%  stall samples {stalls:5.1f}%")
     print("hottest instructions (stall samples, executions, SASS):")
     for s, n, text in sorted(hot, reverse=True)[:top]:
         print(f"{s:6d} {n:10d}  {text}")

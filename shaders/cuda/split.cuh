@@ -8,7 +8,8 @@
 // [2^e, 2^(e+1)) (clamped to 2^-100 .. 2^100; 1 for an all-zero or non-finite max), the max
 // of the segment (a producer that sees only its own segments: the GEMV after it is built
 // with TS_SEG_P) or of the whole row (every segment then carries the row's p), x_hi =
-// f16(x p), x_lo = f16(x p - x_hi) (round to nearest, both of values exact in f32). Halves [2S, xs]: row 2s x_hi, row 2s + 1 x_lo, 4-bit formats (nib) in the order
+// f16(x p), x_lo = f16(x p - x_hi) (round to nearest, both of values exact in f32).
+// Halves [2S, xs]: row 2s x_hi, row 2s + 1 x_lo, 4-bit formats (nib) in the order
 // 0, 4, 1, 5, 2, 6, 3, 7 of each 8 columns (the pairs gemv.cu `mma_decode` makes of a word).
 // xa: [S, xs / TS_SPLIT_SEG] 1/p, then the same shape of sums of x p over the segment (the
 // affine formats' zero term).

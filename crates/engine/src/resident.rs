@@ -10,8 +10,8 @@
 //! Since no kernel argument changes from one step to the next, a generation's second step
 //! captures its launches into a CUDA graph (everything from the embedding row's arrival to
 //! the argmax), and each later step is the two uploads, one graph launch and the read-back:
-//! one host call instead of ~260 launches (~390 without the fused norms and presplits; 2.9 ms of host
-//! enqueue a step on the H200, docs/PERF.md). The graph belongs to the
+//! one host call instead of ~260 launches (~390 without the fused norms and presplits;
+//! 2.9 ms of host enqueue a step on the H200, docs/PERF.md). The graph belongs to the
 //! generation's [`ResidentState`] (its arguments point into that state's buffers and the
 //! GEMVs' scratch, which nothing reallocates while the generation runs, since it alone uses
 //! the backend). `TESSERA_CUDA_GRAPH=0` or [`Resident::set_graph`] launches the same kernels

@@ -741,7 +741,13 @@ impl CudaBackend {
         let split = match cap.mma_for(w.shape.row_bytes as usize) {
             Some(_) => {
                 let nibbles = caps::nibble_codes(cap.kernel.fmt);
-                let (halves, aux) = layout::split_activations(&host, s, x_stride, nibbles)?;
+                let (halves, aux) = layout::split_activations(
+                    &host,
+                    s,
+                    x_stride,
+                    nibbles,
+                    layout::SplitScale::Row,
+                )?;
                 let h = self
                     .stream
                     .clone_htod(&halves)

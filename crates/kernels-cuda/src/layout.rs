@@ -327,49 +327,40 @@ fn split_parts(row: &[f32], p: f64) -> impl Iterator<Item = (u16, u16)> + '_ {
     })
 }
 
+/// Where [`split_activations`] takes p from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SplitScale {
+    /// One p a row, stored in every segment's slot: what the host, `tile_prep` and
+    /// `norm_prep` write and the default 16-row GEMV applies once at the end.
+    Row,
+    /// One p a segment of [`MMA_SUM_SEGMENT`] columns (its own max |x| in [2^14, 2^15)):
+    /// what a producer that writes only some segments of a row (an attention head, a block
+    /// of SwiGLU: shaders/cuda/split.cuh) leaves for the GEMV built with
+    /// `Tuning::mma_segment_p`, which folds each k-block with its segment's 1/p.
+    Segment,
+}
+
 /// Prepared activations ([s, x_stride], from [`prepare_activations`]) split for the
 /// tensor-core kernels, which multiply f16 operands exactly but cannot take f32.
 ///
-/// Per activation row s, p = 2^e puts max |x| in [2^14, 2^15): far from the f16 overflow
-/// and from its subnormals. Then x_hi = f16(x p) and x_lo = f16(x p - x_hi) (both exact
-/// roundings of values computed exactly in f64), so x_hi + x_lo = x p to about 2^-22
-/// relative, and the kernel's two MMA columns sum to y p.
+/// Per activation row s (or per segment: [`SplitScale`]), p = 2^e puts max |x| in
+/// [2^14, 2^15): far from the f16 overflow and from its subnormals. Then x_hi = f16(x p)
+/// and x_lo = f16(x p - x_hi) (both exact roundings of values computed exactly in f64), so
+/// x_hi + x_lo = x p to about 2^-22 relative, and the kernel's two MMA columns sum to y p.
 ///
 /// Returns `halves`: [2 s, x_stride] f16 bits, row 2k = x_hi of activation k, row 2k + 1 =
 /// x_lo; and `aux`: `[s, x_stride / MMA_SUM_SEGMENT]` 1/p of each segment of
-/// [`MMA_SUM_SEGMENT`] columns (here every segment carries its row's), then the same shape
-/// of sums of x p over the segments (for the affine formats' zero term), rounded once from
-/// f64. With `nibbles` (4-bit formats, whose decoded words pair columns j and j + 4), each
-/// aligned group of 8 columns is stored as 0, 4, 1, 5, 2, 6, 3, 7, so the kernel's B
-/// fragments are words as loaded (gemv.cu `mma_b`).
+/// [`MMA_SUM_SEGMENT`] columns ([`SplitScale`]: the row's p in every segment, or the
+/// segment's own), then the same shape of sums of x p over the segments (for the affine
+/// formats' zero term), rounded once from f64. With `nibbles` (4-bit formats, whose decoded
+/// words pair columns j and j + 4), each aligned group of 8 columns is stored as 0, 4, 1, 5,
+/// 2, 6, 3, 7, so the kernel's B fragments are words as loaded (gemv.cu `mma_b`).
 pub fn split_activations(
     xp: &[f32],
     s: usize,
     x_stride: usize,
     nibbles: bool,
-) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
-    split_rows(xp, s, x_stride, nibbles, false)
-}
-
-/// [`split_activations`] with one p per segment of [`MMA_SUM_SEGMENT`] columns (its own
-/// max |x| in [2^14, 2^15)): what a producer that writes only some segments of a row (an
-/// attention head, a block of SwiGLU: shaders/cuda/split.cuh) leaves for the GEMV built
-/// with `Tuning::mma_segment_p`, which folds each k-block with its segment's 1/p.
-pub fn split_activations_by_segment(
-    xp: &[f32],
-    s: usize,
-    x_stride: usize,
-    nibbles: bool,
-) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
-    split_rows(xp, s, x_stride, nibbles, true)
-}
-
-fn split_rows(
-    xp: &[f32],
-    s: usize,
-    x_stride: usize,
-    nibbles: bool,
-    per_segment: bool,
+    scale: SplitScale,
 ) -> Result<(Vec<u16>, Vec<f32>), CudaError> {
     check_prepared(xp, s, x_stride)?;
     let segs = x_stride / MMA_SUM_SEGMENT;
@@ -380,7 +371,10 @@ fn split_rows(
             halves[2 * k * x_stride..(2 * k + 2) * x_stride].split_at_mut(x_stride);
         let row_p = split_p(row);
         for (g, seg) in row.chunks_exact(MMA_SUM_SEGMENT).enumerate() {
-            let p = if per_segment { split_p(seg) } else { row_p };
+            let p = match scale {
+                SplitScale::Row => row_p,
+                SplitScale::Segment => split_p(seg),
+            };
             aux[k * segs + g] = (1.0 / p) as f32;
             aux[(s + k) * segs + g] = seg.iter().map(|&v| v as f64 * p).sum::<f64>() as f32;
             for (e, (hi, lo)) in split_parts(seg, p).enumerate() {
@@ -732,7 +726,7 @@ mod tests {
         }
         let segs = cols / MMA_SUM_SEGMENT;
         // One p a row: every segment carries the row's.
-        let (hr, auxr) = split_activations(&x, 2, cols, false).unwrap();
+        let (hr, auxr) = split_activations(&x, 2, cols, false, SplitScale::Row).unwrap();
         assert_eq!(auxr.len(), 2 * 2 * segs);
         for k in 0..2 {
             let max = x[k * cols..(k + 1) * cols]
@@ -754,7 +748,7 @@ mod tests {
             }
         }
         // One p a segment.
-        let (h, aux) = split_activations_by_segment(&x, 2, cols, false).unwrap();
+        let (h, aux) = split_activations(&x, 2, cols, false, SplitScale::Segment).unwrap();
         assert_eq!(h.len(), 2 * 2 * cols);
         assert_eq!(aux.len(), 2 * 2 * segs);
         for k in 0..2 {
@@ -824,7 +818,7 @@ mod tests {
         let (s, xs) = (3, 1024);
         let segs = xs / MMA_SUM_SEGMENT;
         let x = activations(&mut rng, s, xs);
-        let (h, aux) = split_activations(&x, s, xs, false).unwrap();
+        let (h, aux) = split_activations(&x, s, xs, false, SplitScale::Row).unwrap();
         let l = GemmLayout {
             chunk_bytes: 8,
             nibbles: true,
@@ -849,7 +843,7 @@ mod tests {
         let (g1, _) = gemm_activations(&x, s, xs, &one).unwrap();
         assert!(gemm_activations(&x, s, 1000, &one).is_err());
         assert!(gemm_activations(&x, s, xs, &GemmLayout { nt: 0, ..one }).is_err());
-        assert!(split_activations(&x, s + 1, xs, true).is_err());
+        assert!(split_activations(&x, s + 1, xs, true, SplitScale::Row).is_err());
         assert_eq!(g1[one.offset(2, 5, one.tiles(s))], h[2 * 2 * xs + 5]);
     }
 
@@ -1062,8 +1056,8 @@ mod tests {
         );
         let mut rng = Rng::new(9);
         let x = activations(&mut rng, 1, 1024);
-        let (plain, a) = split_activations(&x, 1, 1024, false).unwrap();
-        let (perm, b) = split_activations(&x, 1, 1024, true).unwrap();
+        let (plain, a) = split_activations(&x, 1, 1024, false, SplitScale::Row).unwrap();
+        let (perm, b) = split_activations(&x, 1, 1024, true, SplitScale::Row).unwrap();
         assert_eq!(a, b);
         for i in 0..1024 {
             assert_eq!(perm[nibble_order(i)], plain[i]);

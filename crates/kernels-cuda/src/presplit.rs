@@ -5,8 +5,9 @@
 //! shaders/cuda/split.cuh). A producer that writes whole segments can pick p per segment
 //! and write that split itself (the engine's attention and SwiGLU kernels: resident.rs);
 //! the GEMV after it then runs without a split launch of its own, in its build that folds
-//! each k-block with its segment's 1/p: [`CudaBackend::gemv_launch_presplit`]. The buffers carry the
-//! layout facts a producer needs (stride, nibble order), taken from the tensor they serve.
+//! each k-block with its segment's 1/p: [`CudaBackend::gemv_launch_presplit`]. The
+//! buffers carry the layout facts a producer needs (stride, nibble order), taken from the
+//! tensor they serve.
 
 use crate::caps;
 use crate::compile::Tuning;

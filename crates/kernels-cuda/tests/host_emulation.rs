@@ -92,7 +92,7 @@ type EmuGemmFn = unsafe extern "C" fn(
 
 struct Emulator {
     /// Built with TS_SEG_P: the tensor-core GEMV reads a split with one p per segment
-    /// (`layout::split_activations_by_segment`, what presplit producers write).
+    /// (`layout::split_activations` with `SplitScale::Segment`, what presplit producers write).
     segment_p: bool,
     _lib: libloading::Library,
     f: EmuFn,
@@ -241,12 +241,12 @@ impl Emulator {
         let xp = layout::prepare_activations(t.format, t.cols, t.rotation_seed, x, s, xs)
             .expect("activations");
         let nib = caps::nibble_codes(cap.kernel.fmt);
-        let (xh, xa) = if self.segment_p {
-            layout::split_activations_by_segment(&xp, s, xs, nib)
+        let scale = if self.segment_p {
+            layout::SplitScale::Segment
         } else {
-            layout::split_activations(&xp, s, xs, nib)
-        }
-        .expect("split");
+            layout::SplitScale::Row
+        };
+        let (xh, xa) = layout::split_activations(&xp, s, xs, nib, scale).expect("split");
         let mut y = vec![POISON; s * t.rows];
         // SAFETY: every pointer comes with its length; the harness copies the inputs into
         // aligned buffers and writes exactly S * O outputs into `y`.
