@@ -329,37 +329,65 @@ unsafe fn int4_avx2<const R: usize, const T: usize>(
     let (one, off) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-8.0));
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
-    let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
-    for c in 0..m.nch {
-        let bufs: [[u8; CHUNK_BYTES]; R] = if c < m.full {
-            [[0; CHUNK_BYTES]; R]
-        } else {
-            std::array::from_fn(|r| m.chunk(o + r, c))
-        };
-        let ptrs: [*const u8; R] = std::array::from_fn(|r| {
+    // Chunk c of every row: in place when whole, else zero-padded into `bufs`.
+    let chunk = |c: usize, bufs: &mut [[u8; CHUNK_BYTES]; R]| -> [*const u8; R] {
+        std::array::from_fn(|r| {
             if c < m.full {
                 // SAFETY: c < full: 64 bytes from 64c lie inside the row.
                 unsafe { rows[r].add(c * CHUNK_BYTES) }
             } else {
+                bufs[r] = m.chunk(o + r, c);
                 bufs[r].as_ptr()
             }
+        })
+    };
+    let mut bufs = [[0u8; CHUNK_BYTES]; R];
+    let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
+    if m.gs == 0 {
+        // One scale a row: accumulate straight into the totals.
+        for c in 0..m.nch {
+            let ptrs = chunk(c, &mut bufs);
+            // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
+            unsafe { nib_chunk_avx2(&mut tot, ptrs, xs, c, [one; R], [off; R]) };
+        }
+    } else {
+        let scales: [*const f32; R] = std::array::from_fn(|r| {
+            // SAFETY: row o + r owns ng scales from (o + r) * ng; the pointer stays in bounds.
+            unsafe { m.t.scales().as_ptr().add(4 * (o + r) * m.ng).cast::<f32>() }
         });
-        let mut acc = [[[_mm256_setzero_ps(); 2]; T]; R];
-        // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
-        unsafe { nib_chunk_avx2(&mut acc, ptrs, xs, c, [one; R], [off; R]) };
-        for r in 0..R {
-            let sc = if m.gs == 0 {
-                [1.0; 16]
-            } else {
-                m.lane_scales(o + r, c)
-            };
-            for h in 0..2 {
-                // SAFETY: 8h + 8 <= 16 floats of `sc`.
-                let s = unsafe { _mm256_loadu_ps(sc.as_ptr().add(8 * h)) };
-                for k in 0..T {
-                    tot[r][k][h] = _mm256_fmadd_ps(acc[r][k][h], s, tot[r][k][h]);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        // First group of the current chunk, offset of the chunk in it, phase of the pattern.
+        let (mut g0, mut gin, mut phase) = (0usize, 0usize, 0usize);
+        for c in 0..m.nch {
+            let ptrs = chunk(c, &mut bufs);
+            let mut acc = [[[_mm256_setzero_ps(); 2]; T]; R];
+            // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
+            unsafe { nib_chunk_avx2(&mut acc, ptrs, xs, c, [one; R], [off; R]) };
+            // A chunk's 16 lanes lie in at most 8 groups (every gs >= 16), counted from g0:
+            // load those scales once (lanes past the row's last group masked to zero; their
+            // activations are zero padding) and spread them to each half's lanes.
+            let valid = (m.ng - g0).min(8) as i32;
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), lane);
+            // SAFETY: lane_groups rows are 16 u32: halves at 0 and 8.
+            let idx: [__m256i; 2] = std::array::from_fn(|h| unsafe {
+                _mm256_loadu_si256(m.lane_groups[phase].as_ptr().add(8 * h).cast())
+            });
+            for r in 0..R {
+                // SAFETY: the masked load reads only the `valid` scales g0.. of row o + r.
+                let got = unsafe { _mm256_maskload_ps(scales[r].add(g0), mask) };
+                for h in 0..2 {
+                    let s = _mm256_permutevar8x32_ps(got, idx[h]);
+                    for k in 0..T {
+                        tot[r][k][h] = _mm256_fmadd_ps(acc[r][k][h], s, tot[r][k][h]);
+                    }
                 }
             }
+            gin += NIBBLE_CHUNK;
+            while gin >= m.gs {
+                gin -= m.gs;
+                g0 += 1;
+            }
+            phase = if phase + 1 == m.period { 0 } else { phase + 1 };
         }
     }
     for r in 0..R {
