@@ -342,7 +342,11 @@ pub(crate) fn drive<M: Micro>(
         } else if left >= 2 {
             tile::<M, 2, 2>(level, m, row0, n, s, t0, out);
             t0 += 2;
-        } else if m.eight_rows_at_a_time() {
+        } else if wide && m.eight_rows_at_a_time() {
+            // Eight rows need the 32 vector registers of AVX-512: at AVX2 (16) the eight
+            // rows' partial sums spill (measured in cache, one thread, [1024 x 16384],
+            // 2026-12-01: four rows 361-481 us against eight 410-583 for int4-row,
+            // mq4-g256-v2 448-460 against 488-498).
             tile::<M, 8, 1>(level, m, row0, n, s, t0, out);
             t0 += 1;
         } else {

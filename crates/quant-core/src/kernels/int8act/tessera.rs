@@ -314,7 +314,7 @@ impl Int4Body<'_, '_> {
                 };
                 let g = Q::fperm(v, &self.lane_groups[c % self.period]);
                 for k in 0..T {
-                    let i = Q::dot(Q::dot(off[k], lo, xe[k]), hi, xo[k]);
+                    let i = Q::dot_nib2(off[k], lo, xe[k], hi, xo[k]);
                     acc[r][k] = Q::fma(Q::fmul(Q::cvt(i), dl[k]), g, acc[r][k]);
                 }
             }
@@ -564,7 +564,7 @@ unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
                 let v = Q::load(w[r].add(32 * m));
                 let (lo, hi) = (Q::lo4(v), Q::hi4(v));
                 for k in 0..T {
-                    let i = Q::dot(Q::dot(Q::izero(), lo, xe[k]), hi, xo[k]);
+                    let i = Q::dot_nib2(Q::izero(), lo, xe[k], hi, xo[k]);
                     match m {
                         1 => h01[r][k] = Q::hadd(first[r][k], i),
                         3 => h23[r][k] = Q::hadd(first[r][k], i),
