@@ -296,7 +296,8 @@ pub(crate) trait Micro: Sync {
         false
     }
     /// Where rows are not walked one at a time, whether [`drive`] takes eight of them at a
-    /// time at T = 1 instead of four (each activation load then serves eight rows).
+    /// time at T = 1 instead of four (each activation load then serves eight rows); only at
+    /// the AVX-512 levels, whose 32 vector registers hold eight rows' partial sums.
     fn eight_rows_at_a_time(&self) -> bool {
         false
     }

@@ -765,7 +765,8 @@ impl QBody for AffineBody<'_, '_> {
 mod tile_policy {
     //! The row tiles each body asks the driver for at S = 1: one row at a time up to
     //! `ONE_ROW_MAX_COLS` columns, and on longer rows eight at a time where that was
-    //! measured to stream faster (each body's `eight_rows`), four otherwise. A speed choice:
+    //! measured to stream faster (each body's `eight_rows`; the driver takes them only at
+    //! the AVX-512 levels), four otherwise. A speed choice:
     //! the results do not depend on it, so only these tests see the policy change.
     use super::*;
     use crate::kernels::Micro;
