@@ -317,6 +317,7 @@ fn main() {
             eprintln!("bench_gemv: {}: {e}", path.display());
         }
     }
+    print_pipeline_statistics(&b);
     let bad: Vec<&Row> = results
         .iter()
         .filter(|r| r.check.is_nan() || r.check > 1e-4)
@@ -329,5 +330,27 @@ fn main() {
                 .map(|r| (r.format.name(), r.s, r.check))
                 .collect::<Vec<_>>()
         ));
+    }
+}
+
+/// With `TESSERA_VK_PIPELINE_STATS=1`: what the driver reported for every pipeline the run
+/// created (registers and the like: docs/VULKAN.md), one line each.
+fn print_pipeline_statistics(b: &VulkanBackend) {
+    if std::env::var("TESSERA_VK_PIPELINE_STATS").as_deref() != Ok("1") {
+        return;
+    }
+    let Some(all) = b.context().pipeline_statistics() else {
+        println!(
+            "pipeline statistics: not offered by this device (VK_KHR_pipeline_executable_properties)"
+        );
+        return;
+    };
+    println!("\npipeline statistics (the driver's names and values):\n");
+    for (key, stats) in all {
+        let list: Vec<String> = stats
+            .iter()
+            .map(|s| format!("{} = {}", s.name, s.value))
+            .collect();
+        println!("- `{key}`: {}", list.join("; "));
     }
 }

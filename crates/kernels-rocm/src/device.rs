@@ -18,6 +18,7 @@
 //! which beats a virtual one, which beats a CPU (lavapipe).
 
 use crate::error::VulkanError;
+use crate::pipeline_stats::{self, PipelineStatistic};
 use ash::vk;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -64,6 +65,10 @@ pub struct Options {
     /// offered) on the device, as wgpu 30 always does: a diagnostic for the wgpu tier's
     /// gap on the same kernels (`TESSERA_VK_ROBUST=1`; docs/VULKAN.md). Off by default.
     pub robust_buffer_access: bool,
+    /// Ask the driver for each pipeline's statistics (register count and the like) through
+    /// VK_KHR_pipeline_executable_properties where the device offers it
+    /// (`TESSERA_VK_PIPELINE_STATS=1`; [`Context::pipeline_statistics`]). Off by default.
+    pub pipeline_statistics: bool,
 }
 
 impl Default for Options {
@@ -73,6 +78,7 @@ impl Default for Options {
             subgroups: SubgroupPolicy::Auto,
             wave: WavePolicy::Auto,
             robust_buffer_access: false,
+            pipeline_statistics: false,
         }
     }
 }
@@ -80,7 +86,8 @@ impl Default for Options {
 impl Options {
     /// `TESSERA_VK_ADAPTER` (substring), `TESSERA_VK_SUBGROUPS` (`0`/`off` or `auto`),
     /// `TESSERA_VK_WAVE` (`auto`, `default`, or a size such as `32` / `64`),
-    /// `TESSERA_VK_ROBUST` (`1`: [`Options::robust_buffer_access`]).
+    /// `TESSERA_VK_ROBUST` (`1`: [`Options::robust_buffer_access`]),
+    /// `TESSERA_VK_PIPELINE_STATS` (`1`: [`Options::pipeline_statistics`]).
     pub fn from_env() -> Result<Options, VulkanError> {
         let mut o = Options::default();
         let bad = |var: &str, v: &str| VulkanError::Unavailable {
@@ -106,6 +113,7 @@ impl Options {
             };
         }
         o.robust_buffer_access = std::env::var("TESSERA_VK_ROBUST").as_deref() == Ok("1");
+        o.pipeline_statistics = std::env::var("TESSERA_VK_PIPELINE_STATS").as_deref() == Ok("1");
         Ok(o)
     }
 }
@@ -227,6 +235,10 @@ pub(crate) struct Shared {
     pub(crate) pipeline_layout: vk::PipelineLayout,
     pipelines: Mutex<HashMap<String, vk::Pipeline>>,
     pub(crate) stats: Stats,
+    /// Loaded when [`Options::pipeline_statistics`] was asked for and the device offers it.
+    pipeline_exec: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// What the driver reported for each pipeline created, in creation order.
+    pipeline_statistics: Mutex<Vec<(String, Vec<PipelineStatistic>)>>,
 }
 
 impl Drop for Shared {
@@ -414,6 +426,8 @@ struct Opened {
     pipeline_cache: vk::PipelineCache,
     set_layout: vk::DescriptorSetLayout,
     pipeline_layout: vk::PipelineLayout,
+    /// VK_KHR_pipeline_executable_properties was enabled on `device`.
+    pipeline_statistics: bool,
 }
 
 /// A handle on one Vulkan device, shared by every tensor uploaded to it.
@@ -515,6 +529,10 @@ impl Context {
         match Self::open_device(instance, options) {
             Ok(d) => Ok(Context {
                 shared: Arc::new(Shared {
+                    pipeline_exec: d.pipeline_statistics.then(|| {
+                        ash::khr::pipeline_executable_properties::Device::new(instance, &d.device)
+                    }),
+                    pipeline_statistics: Mutex::new(Vec::new()),
                     device: d.device,
                     queue: Mutex::new(d.queue),
                     queue_family: d.queue_family,
@@ -661,6 +679,12 @@ impl Context {
         if dot_ext && integer_dot_product {
             dev_exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
         }
+        let pipeline_statistics = options.pipeline_statistics
+            && c.has_extension(ash::khr::pipeline_executable_properties::NAME)
+            && pipeline_stats::feature_offered(instance, c.physical);
+        if pipeline_statistics {
+            dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
         // wgpu's robustness, on request only (Options::robust_buffer_access).
         let robust2_ext =
             options.robust_buffer_access && c.has_extension(ash::ext::robustness2::NAME);
@@ -694,6 +718,11 @@ impl Context {
             .shader_integer_dot_product(true);
         if integer_dot_product {
             dci = dci.push_next(&mut enable_dot);
+        }
+        let mut enable_stats = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        if pipeline_statistics {
+            dci = dci.push_next(&mut enable_stats);
         }
         // SAFETY: `dci` and everything it points to live through the call; the physical
         // device comes from this instance.
@@ -744,6 +773,7 @@ impl Context {
             pipeline_cache,
             set_layout,
             pipeline_layout,
+            pipeline_statistics,
         })
     }
 
@@ -822,6 +852,16 @@ impl Context {
         &self.shared.stats
     }
 
+    /// What the driver reported for each pipeline created so far (module key, statistics),
+    /// in creation order; `None` when statistics were not asked for
+    /// ([`Options::pipeline_statistics`]) or the device does not offer them.
+    pub fn pipeline_statistics(&self) -> Option<Vec<(String, Vec<PipelineStatistic>)>> {
+        self.shared
+            .pipeline_exec
+            .as_ref()
+            .map(|_| lock(&self.shared.pipeline_statistics).clone())
+    }
+
     /// Writes the pipeline cache to `TESSERA_VK_PIPELINE_CACHE` if that is set (the next
     /// process then skips the driver's shader compiles).
     pub fn save_pipeline_cache(&self) -> Result<(), VulkanError> {
@@ -883,7 +923,13 @@ impl Context {
         if pin {
             stage = stage.push_next(&mut required);
         }
+        let capture = if s.pipeline_exec.is_some() {
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+        } else {
+            vk::PipelineCreateFlags::empty()
+        };
         let info = [vk::ComputePipelineCreateInfo::default()
+            .flags(capture)
             .stage(stage)
             .layout(s.pipeline_layout)];
         // SAFETY: live device, cache and layout; every pointer in `info` lives through the
@@ -908,6 +954,17 @@ impl Context {
             }
         };
         s.stats.pipelines_created.fetch_add(1, Ordering::Relaxed);
+        if let Some(ext) = &s.pipeline_exec {
+            // A diagnostic: a failed query is recorded as such, never an error of the GEMV.
+            let got = pipeline_stats::query(ext, pipeline).unwrap_or_else(|e| {
+                vec![PipelineStatistic {
+                    executable: String::new(),
+                    name: "query failed".into(),
+                    value: format!("{e:?}"),
+                }]
+            });
+            lock(&s.pipeline_statistics).push((key.to_string(), got));
+        }
         map.insert(key.to_string(), pipeline);
         Ok(pipeline)
     }

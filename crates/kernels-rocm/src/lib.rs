@@ -10,6 +10,8 @@
 //! - [`gemv`]: [`VulkanBackend`]: tensors uploaded once in their container layout, one
 //!   descriptor set and recorded command buffer per (tensor, S), GEMV, timing.
 //! - [`caps`]: the capability table as data ([`CAPABILITIES`]).
+//! - [`pipeline_stats`]: the driver's statistics of each pipeline (registers and the like),
+//!   on request (`TESSERA_VK_PIPELINE_STATS=1`).
 //! - [`spirv`]: the embedded modules and which serves a (format, S).
 //! - [`backend`]: [`VulkanConformance`], the tier as a `quant_core` `Backend` ("vulkan").
 //!
@@ -21,6 +23,7 @@ pub mod caps;
 pub mod device;
 pub mod error;
 pub mod gemv;
+pub mod pipeline_stats;
 pub mod spirv;
 
 pub use backend::VulkanConformance;
@@ -32,3 +35,4 @@ pub use error::VulkanError;
 #[cfg(feature = "mutation-test")]
 pub use gemv::Mutation;
 pub use gemv::{DeviceTensor, VulkanBackend, prepare_activations};
+pub use pipeline_stats::PipelineStatistic;

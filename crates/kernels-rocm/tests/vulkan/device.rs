@@ -379,3 +379,57 @@ fn int4_s1_packed_int8_activations_match_the_oracle() {
         );
     }
 }
+
+/// With `Options::pipeline_statistics`, every pipeline the device creates comes with what
+/// its driver reports (lavapipe and NVIDIA both offer VK_KHR_pipeline_executable_properties);
+/// without it, none are kept. The GEMV's answer does not change either way.
+#[test]
+fn pipeline_statistics_are_kept_only_when_asked_for() {
+    let Some(plain) = backend() else { return };
+    assert!(
+        plain.context().pipeline_statistics().is_none()
+            || Options::from_env().unwrap().pipeline_statistics,
+        "statistics kept without being asked for"
+    );
+    let opts = Options {
+        pipeline_statistics: true,
+        ..Options::from_env().unwrap()
+    };
+    let b = VulkanBackend::with_options(&opts).unwrap();
+    let Some(before) = b.context().pipeline_statistics() else {
+        eprintln!(
+            "skipped: {} does not offer VK_KHR_pipeline_executable_properties",
+            b.info().summary()
+        );
+        return;
+    };
+    let mut rng = Rng::new(5);
+    let (rows, cols) = (9, 260);
+    let t = encode(
+        Format::Int4G64,
+        rows,
+        cols,
+        &weights(&mut rng, rows, cols),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    let x = activations(&mut rng, 3, cols);
+    let y = b.gemv(&b.upload(&t.view()).unwrap(), &x, 3).unwrap();
+    assert_eq!(
+        y,
+        plain
+            .gemv(&plain.upload(&t.view()).unwrap(), &x, 3)
+            .unwrap()
+    );
+    let after = b.context().pipeline_statistics().unwrap();
+    let new: Vec<_> = after.iter().skip(before.len()).collect();
+    assert!(!new.is_empty(), "the GEMV's pipeline was created here");
+    for (key, stats) in &new {
+        eprintln!("{key}: {stats:?}");
+        assert!(!stats.is_empty(), "{key}: the driver reported nothing");
+        assert!(
+            stats.iter().all(|s| s.name != "query failed"),
+            "{key}: {stats:?}"
+        );
+    }
+}
