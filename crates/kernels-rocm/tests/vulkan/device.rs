@@ -7,7 +7,7 @@ use kernels_rocm::{
 };
 use quant_core::capability::{Backend, BackendError};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, Format, encode};
+use quant_core::{EncodeOptions, EncodedTensor, Format, encode};
 use std::sync::atomic::Ordering;
 
 /// The backend, or `None` (printing "skipped: ...") where this machine has no Vulkan.
@@ -28,19 +28,24 @@ fn backend() -> Option<VulkanBackend> {
     }
 }
 
+/// A [rows, cols] tensor of `format` encoded from `testdata::weights` drawn from `rng`.
+fn random_tensor(rng: &mut Rng, format: Format, rows: usize, cols: usize) -> EncodedTensor {
+    encode(
+        format,
+        rows,
+        cols,
+        &weights(rng, rows, cols),
+        &EncodeOptions::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn pipelines_descriptor_sets_and_commands_are_made_once_per_tensor_and_s() {
     let Some(b) = backend() else { return };
     let mut rng = Rng::new(11);
     let (rows, cols) = (70, 300);
-    let t = encode(
-        Format::Int8Row,
-        rows,
-        cols,
-        &weights(&mut rng, rows, cols),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Int8Row, rows, cols);
     let w = b.upload(&t.view()).unwrap();
     let stats = b.context().stats();
     let count = |c: &std::sync::atomic::AtomicUsize| c.load(Ordering::Relaxed);
@@ -97,14 +102,7 @@ fn the_wave_size_is_recorded() {
 fn refusals_are_typed() {
     let Some(b) = backend() else { return };
     let mut rng = Rng::new(5);
-    let t = encode(
-        Format::Int4G64,
-        3,
-        128,
-        &weights(&mut rng, 3, 128),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Int4G64, 3, 128);
     let w = b.upload(&t.view()).unwrap();
     let x = activations(&mut rng, 17, 128);
     assert!(matches!(
@@ -181,14 +179,7 @@ fn many_backends_one_after_another_share_one_instance() {
     let Some(first) = backend() else { return };
     let mut rng = Rng::new(21);
     let (rows, cols) = (9, 64);
-    let t = encode(
-        Format::Int8Row,
-        rows,
-        cols,
-        &weights(&mut rng, rows, cols),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Int8Row, rows, cols);
     let x = activations(&mut rng, 1, cols);
     let w = first.upload(&t.view()).unwrap();
     let want = first.gemv(&w, &x, 1).unwrap();
@@ -217,14 +208,7 @@ fn an_fp8_nan_code_poisons_its_row() {
     let Some(b) = backend() else { return };
     let mut rng = Rng::new(7);
     let (rows, cols) = (6, 256);
-    let t = encode(
-        Format::Fp8E4m3B128,
-        rows,
-        cols,
-        &weights(&mut rng, rows, cols),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Fp8E4m3B128, rows, cols);
     let mut w = t.weights.clone();
     w[cols + 37] = 0x7F; // row 1
     w[4 * cols + 200] = 0xFF; // row 4
@@ -261,14 +245,7 @@ fn every_fp8_code_decodes_exactly() {
     let Some(b) = backend() else { return };
     let mut rng = Rng::new(11);
     let (rows, cols) = (3, 256);
-    let t = encode(
-        Format::Fp8E4m3B128,
-        rows,
-        cols,
-        &weights(&mut rng, rows, cols),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Fp8E4m3B128, rows, cols);
     let mut w = t.weights.clone();
     for i in 0..cols {
         let code = i as u8;
@@ -347,14 +324,7 @@ fn int4_s1_packed_int8_activations_match_the_oracle() {
             768
         };
         let rows = 70;
-        let t = encode(
-            format,
-            rows,
-            cols,
-            &weights(&mut rng, rows, cols),
-            &EncodeOptions::default(),
-        )
-        .unwrap();
+        let t = random_tensor(&mut rng, format, rows, cols);
         let w = b.upload(&t.view()).unwrap();
         let mut x = activations(&mut rng, 1, cols);
         x[5] = 1.0e5; // block 0: one outlier, the f32 path (kernels::INT8_X_OUTLIER)
@@ -405,14 +375,7 @@ fn pipeline_statistics_are_kept_only_when_asked_for() {
     };
     let mut rng = Rng::new(5);
     let (rows, cols) = (9, 260);
-    let t = encode(
-        Format::Int4G64,
-        rows,
-        cols,
-        &weights(&mut rng, rows, cols),
-        &EncodeOptions::default(),
-    )
-    .unwrap();
+    let t = random_tensor(&mut rng, Format::Int4G64, rows, cols);
     let x = activations(&mut rng, 3, cols);
     let y = b.gemv(&b.upload(&t.view()).unwrap(), &x, 3).unwrap();
     assert_eq!(
