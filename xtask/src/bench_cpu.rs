@@ -698,6 +698,43 @@ mod tests {
         assert!(parse_candle_line("warning: something").is_none());
     }
 
+    /// The forced-included header must cover every AVX-512 intrinsic read_bw.c calls: the
+    /// anchor compiles for a CPU without AVX-512 with it, and (the check bites) not without.
+    #[test]
+    fn the_256_bit_header_covers_every_intrinsic_read_bw_uses() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let src = repo.join("../shared/anchors/read_bw.c");
+        if !src.is_file() {
+            eprintln!("skipped: {} not found", src.display());
+            return;
+        }
+        let dir = scratch_dir("tessera-read-bw-shim-test").unwrap();
+        let shim = dir.join("avx512_as_avx2.h");
+        std::fs::write(&shim, AVX512_AS_AVX2).unwrap();
+        let compile = |with_shim: bool| {
+            let mut gcc = Command::new("gcc");
+            gcc.args(["-O2", "-mavx2", "-mfma", "-mno-avx512f", "-fopenmp", "-S"]);
+            if with_shim {
+                gcc.arg("-include").arg(&shim);
+            }
+            gcc.arg(&src).arg("-o").arg(dir.join("read_bw.s")).output()
+        };
+        let Ok(with) = compile(true) else {
+            eprintln!("skipped: gcc cannot be run");
+            return;
+        };
+        assert!(
+            with.status.success(),
+            "read_bw.c with the header: {}",
+            String::from_utf8_lossy(&with.stderr)
+        );
+        let without = compile(false).unwrap();
+        assert!(
+            !without.status.success(),
+            "read_bw.c compiled for AVX2 without the header: the test would not see a gap"
+        );
+    }
+
     #[test]
     fn read_bw_huge_patches_the_allocation_once() {
         let src = "int main(){ size_t n=1; float*a=aligned_alloc(64,n*4); a[0]=1; }";
