@@ -335,6 +335,13 @@ static inline float ts_reduce(ts_m512 a) {
 #define _mm512_reduce_add_ps ts_reduce
 "#;
 
+/// [`AVX512_AS_AVX2`] written into `dir`, for gcc's `-include`.
+fn write_avx2_header(dir: &Path) -> Result<PathBuf, String> {
+    let path = dir.join("avx512_as_avx2.h");
+    std::fs::write(&path, AVX512_AS_AVX2).map_err(|e| format!("write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
 /// read_bw.c's bandwidth, as it is (`huge` false) or with its buffer in huge pages.
 fn read_bandwidth(shared: &Path, threads: usize, huge: bool) -> Result<f64, String> {
     let src = shared.join("anchors/read_bw.c");
@@ -360,10 +367,7 @@ fn read_bandwidth(shared: &Path, threads: usize, huge: bool) -> Result<f64, Stri
     let mut gcc = Command::new("gcc");
     gcc.args(["-O3", "-march=native", "-fopenmp"]);
     if !has_avx512() {
-        let shim = dir.join("avx512_as_avx2.h");
-        std::fs::write(&shim, AVX512_AS_AVX2)
-            .map_err(|e| format!("write {}: {e}", shim.display()))?;
-        gcc.arg("-include").arg(&shim);
+        gcc.arg("-include").arg(write_avx2_header(&dir)?);
     }
     let status = gcc
         .arg(&src)
@@ -709,8 +713,7 @@ mod tests {
             return;
         }
         let dir = scratch_dir("tessera-read-bw-shim-test").unwrap();
-        let shim = dir.join("avx512_as_avx2.h");
-        std::fs::write(&shim, AVX512_AS_AVX2).unwrap();
+        let shim = write_avx2_header(&dir).unwrap();
         let compile = |with_shim: bool| {
             let mut gcc = Command::new("gcc");
             gcc.args(["-O2", "-mavx2", "-mfma", "-mno-avx512f", "-fopenmp", "-S"]);

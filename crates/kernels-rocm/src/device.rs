@@ -280,7 +280,8 @@ fn version(v: u32) -> (u32, u32, u32) {
     )
 }
 
-fn c_name(s: Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
+/// A driver's fixed-size string (empty when it has no NUL).
+pub(crate) fn c_name(s: Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
     s.map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_default()
 }

@@ -6,8 +6,8 @@
 //! (`Options::pipeline_statistics`, `TESSERA_VK_PIPELINE_STATS=1`), since the capture flag
 //! may cost the driver compile time.
 
+use crate::device::c_name;
 use ash::vk;
-use std::ffi::c_char;
 
 /// One statistic of one executable (a compiled stage) of a pipeline, as the driver names
 /// and reports it.
@@ -41,7 +41,7 @@ pub(crate) fn query(
     let executables = unsafe { ext.get_pipeline_executable_properties(&info) }?;
     let mut out = Vec::new();
     for (index, e) in (0u32..).zip(&executables) {
-        let executable = text(&e.name);
+        let executable = c_name(e.name_as_c_str());
         let which = vk::PipelineExecutableInfoKHR::default()
             .pipeline(pipeline)
             .executable_index(index);
@@ -49,7 +49,7 @@ pub(crate) fn query(
         for s in unsafe { ext.get_pipeline_executable_statistics(&which) }? {
             out.push(PipelineStatistic {
                 executable: executable.clone(),
-                name: text(&s.name),
+                name: c_name(s.name_as_c_str()),
                 value: value_text(&s),
             });
         }
@@ -74,32 +74,9 @@ fn value_text(s: &vk::PipelineExecutableStatisticKHR<'_>) -> String {
     }
 }
 
-/// A fixed-size, NUL-terminated driver string (lossy UTF-8; an unterminated array stops at
-/// its end).
-fn text(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn driver_strings_stop_at_their_nul_or_their_end() {
-        let mut a = [0 as c_char; 8];
-        for (d, s) in a.iter_mut().zip(b"regs\0xx") {
-            *d = *s as c_char;
-        }
-        assert_eq!(text(&a), "regs");
-        let full = [b'a' as c_char; 4];
-        assert_eq!(text(&full), "aaaa");
-        assert_eq!(text(&[0 as c_char; 3]), "");
-    }
 
     #[test]
     fn values_print_in_their_declared_format() {
