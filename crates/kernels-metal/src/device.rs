@@ -492,7 +492,8 @@ impl WgpuBackend {
         }
     }
 
-    /// Uploads `t`'s weight and scale bytes as they are stored (zero-padded).
+    /// Uploads `t`'s weight and scale bytes as they are stored (zero-padded; the fp8 rows'
+    /// NaN flags after the scales, `kernels::scale_binding`).
     pub fn upload(&self, t: &QTensor<'_>) -> Result<GpuTensor, BackendError> {
         let spec = t.format().spec();
         let (rows, cols) = (t.rows(), t.cols());
@@ -500,10 +501,11 @@ impl WgpuBackend {
         // built; Params::new checks that they fit the kernels' 32-bit indexing.
         Params::new(t.format(), rows, cols, 1)?;
         let weights = self.storage_from(t.weights(), "tessera weights")?;
-        let scales = if t.scales().is_empty() {
+        let binding = kernels::scale_binding(t);
+        let scales = if binding.is_empty() {
             self.dummy_scales.clone()
         } else {
-            self.storage_from(t.scales(), "tessera scales")?
+            self.storage_from(&binding, "tessera scales")?
         };
         self.check_uncaptured()?;
         Ok(GpuTensor {
@@ -798,7 +800,6 @@ impl WgpuBackend {
             // `x` came from prepare_activations, which appended the packed planes.
             params.reserved0 = self.int8_layout;
         }
-        params.reserved1 = kernels::fp8_decode_param();
         let pipeline = self.pipeline(&spec, s, rows)?;
         let grid = spec.dispatch(w.rows, rows)?;
         let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {

@@ -11,7 +11,8 @@
 //! - group 0: binding 0 `weights` (the container's weight bytes, read as u32 words; the
 //!   buffer is zero-padded to a multiple of [`BUFFER_ALIGN`] bytes), binding 1 `scales`
 //!   (the sidecar bytes, padded the same way; a [`BUFFER_ALIGN`]-byte zero dummy when the
-//!   format has none), binding 2 `x` ([S, x_stride] f32, zero past I, in the stored domain:
+//!   format has none; for the fp8 family, the rows' NaN flags after them: [`scale_binding`]),
+//!   binding 2 `x` ([S, x_stride] f32, zero past I, in the stored domain:
 //!   the host rotates it for rotated formats; where [`int8_activations`] and the host opts
 //!   in, followed by [`pack_int8_activations_as`] with `Params::reserved0` = the layout,
 //!   [`int8_x_layout`]), binding 3 `y`
@@ -22,7 +23,8 @@
 //! - overrides `S` (the batch, 1..=16: one pipeline per S), `ROWS`, `MUTATE` (0; see
 //!   `Mutation` under the `mutation-test` feature) and the format's own constants below.
 
-use quant_core::{Format, QuantError};
+use quant_core::{Format, QTensor, QuantError};
+use std::borrow::Cow;
 
 /// Invocations of one workgroup (every kernel).
 pub const WORKGROUP_SIZE: u32 = 128;
@@ -296,9 +298,8 @@ pub struct Params {
     /// 1: packed int8 activations follow x ([`int8_activations`] kernels at S = 1 only);
     /// otherwise zero.
     pub reserved0: u32,
-    /// 1: gemv_fp8's S = 1 path decodes E4M3 the session 4 way (shifts and a min; kept so
-    /// the benches can time it beside the default binary16 decode; [`fp8_decode_param`]);
-    /// every other kernel and S ignores it. Otherwise zero.
+    /// Zero; no kernel reads it. (Until session 12, 1 selected gemv_fp8's session-4 E4M3
+    /// decode at S = 1 for the benches' comparison; docs/VULKAN.md.)
     pub reserved1: u32,
 }
 
@@ -358,13 +359,6 @@ impl Params {
 /// per-row path, which re-reads the activations once per row; kept for A/B runs).
 pub fn batch_tiling() -> bool {
     std::env::var("TESSERA_WGSL_BATCH_TILE").as_deref() != Ok("0")
-}
-
-/// [`Params::reserved1`] as the hosts set it: 1 where `TESSERA_FP8_DECODE=shift` (gemv_fp8
-/// at S = 1 then takes session 4's E4M3 decode; the benches' comparison), else 0 (the
-/// binary16 decode).
-pub fn fp8_decode_param() -> u32 {
-    u32::from(std::env::var("TESSERA_FP8_DECODE").as_deref() == Ok("shift"))
 }
 
 /// Floats from one activation row to the next for I = `cols`: I rounded up to
@@ -516,6 +510,32 @@ pub fn pack_int8_activations_as(x: &[f32], layout: u32) -> Vec<u32> {
     } else {
         pack_int8_activations(x)
     }
+}
+
+/// The bytes of `t`'s scale binding: its sidecar scale bytes as stored, and for the formats
+/// of gemv_fp8.wgsl, after them (from the next 4-byte boundary) one bit per row, bit r % 32
+/// of little-endian word r / 32 set where row r holds a NaN code (E4M3 0x7F / 0xFF). A NaN
+/// weight poisons exactly its row; the flags are found once here, so the kernels test one
+/// bit a row instead of every weight byte (on the H200 the per-byte test cost the S = 1
+/// kernel 36.0 against 32.3 us on [6144 x 16384]; docs/VULKAN.md, "Session 12").
+pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
+    if kernel_for(t.format()).is_none_or(|k| k.file != FP8.0) {
+        return Cow::Borrowed(t.scales());
+    }
+    let mut b = t.scales().to_vec();
+    b.resize(b.len().next_multiple_of(4), 0);
+    let mut words = vec![0u32; t.rows().div_ceil(32)];
+    let row_bytes = t.weights().len() / t.rows().max(1);
+    if row_bytes > 0 {
+        for (r, row) in t.weights().chunks_exact(row_bytes).enumerate() {
+            // A fold, not `any`: no early exit, so it vectorizes.
+            if row.iter().fold(false, |nan, &c| nan | (c & 0x7F == 0x7F)) {
+                words[r / 32] |= 1 << (r % 32);
+            }
+        }
+    }
+    b.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    Cow::Owned(b)
 }
 
 /// Bytes a storage buffer holding `len` bytes is given: `len` rounded up to
@@ -674,6 +694,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn fp8_scale_bindings_carry_each_rows_nan_flag_after_the_scales() {
+        // 40 rows (two flag words), 130 columns (two tiles a row); NaN codes in rows 0
+        // (0x7F), 33 (0xFF, negative) and 39 (last byte of the tensor); 0x7E (448) and
+        // 0xFE (-448) elsewhere are not NaN.
+        let (rows, cols) = (40, 130);
+        let mut w = vec![0x7Eu8; rows * cols];
+        w[5] = 0xFE;
+        w[0] = 0x7F;
+        w[33 * cols + 129] = 0xFF;
+        w[rows * cols - 1] = 0x7F;
+        for (format, scale_len) in [(Format::Fp8E4m3B128, 4), (Format::Fp8E4m3B128Ue8m0, 1)] {
+            let sc = vec![0x3Cu8; scale_len * 2]; // one band of two tiles
+            let t = QTensor::new(format, rows, cols, &w, &sc, 0).expect("tensor");
+            let b = scale_binding(&t);
+            let flags = sc.len().next_multiple_of(4);
+            assert_eq!(&b[..sc.len()], &sc[..], "{format}: scales first, as stored");
+            assert!(
+                b[sc.len()..flags].iter().all(|&v| v == 0),
+                "{format}: padding"
+            );
+            let word = |k: usize| {
+                u32::from_le_bytes(b[flags + 4 * k..flags + 4 * k + 4].try_into().unwrap())
+            };
+            assert_eq!(b.len(), flags + 8, "{format}: two flag words");
+            assert_eq!(word(0), 1, "{format}: row 0 only in word 0");
+            assert_eq!(
+                word(1),
+                (1 << 1) | (1 << 7),
+                "{format}: rows 33 and 39 in word 1"
+            );
+        }
+        // Other formats bind their sidecar bytes as they are.
+        let t = QTensor::new(Format::Int8Row, 2, 4, &[0x7F; 8], &[0; 8], 0).expect("tensor");
+        assert!(matches!(scale_binding(&t), Cow::Borrowed(b) if b == t.scales()));
     }
 
     #[test]

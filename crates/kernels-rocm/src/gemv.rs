@@ -258,7 +258,8 @@ impl VulkanBackend {
         Ok((p, m))
     }
 
-    /// Uploads `t`'s stored bytes once; every later GEMV on it reuses them.
+    /// Uploads `t`'s stored bytes once (the fp8 rows' NaN flags after the scales,
+    /// `kernels::scale_binding`); every later GEMV on it reuses them.
     pub fn upload(&self, t: &QTensor<'_>) -> Result<DeviceTensor, VulkanError> {
         let format = t.format();
         let limit = u64::from(self.info().max_storage_buffer_range);
@@ -276,8 +277,9 @@ impl VulkanBackend {
             }
             Ok(p)
         };
+        let binding = table::scale_binding(t);
         let wlen = padded(t.weights().len(), "weight buffer")?;
-        let slen = padded(t.scales().len(), "scale buffer")?;
+        let slen = padded(binding.len(), "scale buffer")?;
         Ok(DeviceTensor {
             format,
             rows: t.rows(),
@@ -286,7 +288,7 @@ impl VulkanBackend {
             weight_bytes: t.weights().len(),
             scale_bytes: t.scales().len(),
             weights: self.ctx.upload(t.weights(), wlen)?,
-            scales: self.ctx.upload(t.scales(), slen)?,
+            scales: self.ctx.upload(&binding, slen)?,
             bindings: Mutex::new(HashMap::new()),
         })
     }
@@ -336,7 +338,6 @@ impl VulkanBackend {
         if int8_x {
             params.reserved0 = self.int8_layout;
         }
-        params.reserved1 = table::fp8_decode_param();
         self.mutate_params(&mut params);
         let grid = table::kernel_for(format)
             .ok_or_else(|| VulkanError::NotImplemented {

@@ -623,6 +623,78 @@ macro_rules! conformance_tests {
     };
 }
 
+/// The rows of [`assert_nan_rows_poisoned`]'s tensors that hold a NaN code, and where:
+/// (row, column, byte). Rows 1 and 4 share a 32-row word of a per-row bitmap, 33 and 69
+/// lie in the next two; 0xFF is the negative NaN; column 299 is in the partial last tile.
+const NAN_CODES: [(usize, usize, u8); 4] = [
+    (1, 37, 0x7F),
+    (4, 299, 0xFF),
+    (33, 0, 0x7F),
+    (69, 150, 0xFF),
+];
+
+/// A NaN weight (E4M3 0x7F / 0xFF) makes exactly its row's outputs NaN, at S = 1, 2, 3 and
+/// 16, for both fp8 formats, and every other output is finite: [70 x 300] tensors (three
+/// column tiles, the last partial) with NaN codes in rows 1, 4, 33 and 69. Batches outside
+/// the backend's table are skipped; an unavailable backend skips (saying why) unless
+/// `TESSERA_REQUIRE_BACKENDS` names it.
+pub fn assert_nan_rows_poisoned(backend: &dyn Backend) {
+    let (rows, cols) = (70, 300);
+    let seed = match seed_from_env() {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    if let Err(e) = backend.probe() {
+        let required = std::env::var("TESSERA_REQUIRE_BACKENDS")
+            .is_ok_and(|l| l.split(',').any(|n| n.trim() == backend.name()));
+        assert!(
+            !required,
+            "{}: unavailable but required: {e}",
+            backend.name()
+        );
+        eprintln!("skipped: {} is unavailable here: {e}", backend.name());
+        return;
+    }
+    let mut rng = Rng::new(seed ^ 0x4E_41_4E);
+    for format in [Format::Fp8E4m3B128, Format::Fp8E4m3B128Ue8m0] {
+        let w = weights(&mut rng, rows, cols);
+        let t = encode(format, rows, cols, &w, &EncodeOptions::default())
+            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let mut bytes = t.weights.clone();
+        for (r, c, b) in NAN_CODES {
+            bytes[r * cols + c] = b;
+        }
+        let bad = QTensor::new(format, rows, cols, &bytes, &t.scales, t.rotation_seed)
+            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        for s in [1usize, 2, 3, 16] {
+            let x = activations(&mut rng, s, cols);
+            let mut y = vec![POISON; s * rows];
+            match backend.gemv(&bad, &x, s, &mut y) {
+                Ok(()) => {}
+                Err(BackendError::NotImplemented { .. }) => continue,
+                Err(e) => panic!("{} {format} S = {s}: {e}", backend.name()),
+            }
+            for k in 0..s {
+                for r in 0..rows {
+                    let v = y[k * rows + r];
+                    let nan_row = NAN_CODES.iter().any(|c| c.0 == r);
+                    assert!(
+                        if nan_row {
+                            // POISON is a NaN too: an unwritten output must not pass.
+                            v.is_nan() && v.to_bits() != POISON.to_bits()
+                        } else {
+                            v.is_finite()
+                        },
+                        "{} {format} S = {s}, batch row {k}, row {r} (NaN code: {nan_row}): {v} \
+                         (replay: TESSERA_SEED={seed})",
+                        backend.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The expansion of [`conformance_tests!`]; not for direct use.
 #[doc(hidden)]
 #[macro_export]
@@ -647,6 +719,12 @@ macro_rules! __conformance_tests_for_formats {
                     $crate::conformance::assert_format_conforms(&backend, $crate::Format::$variant);
                 }
             )*
+
+            #[test]
+            fn nan_codes_poison_exactly_their_rows() {
+                let backend = $backend;
+                $crate::conformance::assert_nan_rows_poisoned(&backend);
+            }
         }
     };
 }

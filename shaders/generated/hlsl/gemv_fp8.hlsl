@@ -292,8 +292,8 @@ uint4 rowc(uint row, uint c, uint rb)
         uint4 _e13 = asuint(wq.Load4(((row * (rb >> 4u)) + c)*16));
         return _e13;
     }
-    uint base = (row * rb);
-    const uint4 _e19 = load16_((base + (16u * c)), (base + rb));
+    uint base_1 = (row * rb);
+    const uint4 _e19 = load16_((base_1 + (16u * c)), (base_1 + rb));
     return _e19;
 }
 
@@ -520,6 +520,35 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
 
+uint naga_mod(uint lhs, uint rhs) {
+    return lhs % (rhs == 0u ? 1u : rhs);
+}
+
+bool row_nan(uint r_3)
+{
+    uint base = (uint)0;
+
+    uint _e3 = p.o;
+    uint _e10 = p.sc_row;
+    uint n_2 = (naga_div((_e3 + 127u), 128u) * _e10);
+    base = n_2;
+    if (false) {
+        base = naga_div((n_2 + 3u), 4u);
+    }
+    uint _e22 = base;
+    uint _e27 = asuint(sc.Load((_e22 + naga_div(r_3, 32u))*4));
+    return (((_e27 >> naga_mod(r_3, 32u)) & 1u) != 0u);
+}
+
+bool4 rows_nan(uint4 rr)
+{
+    const bool _e2 = row_nan(rr.x);
+    const bool _e4 = row_nan(rr.y);
+    const bool _e6 = row_nan(rr.z);
+    const bool _e8 = row_nan(rr.w);
+    return bool4(_e2, _e4, _e6, _e8);
+}
+
 typedef uint4 ret_ZeroValuearray4_uint4_[4];
 ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
     return (uint4[4])0;
@@ -531,14 +560,14 @@ float ZeroValuefloat() {
 
 void partial(uint row0_1, uint lid_1)
 {
-    uint nan[4] = (uint[4])0;
     uint c_2 = (uint)0;
     uint4 v_2[4] = (uint4[4])0;
-    uint r_3 = (uint)0;
     uint r_4 = (uint)0;
+    uint r_5 = (uint)0;
     uint k_5 = (uint)0;
     float d_2 = (float)0;
-    uint r_5 = 0u;
+    uint r_6 = 0u;
+    bool local_4 = (bool)0;
 
     uint rb_3 = p.row_bytes;
     uint nch = naga_div((rb_3 + 15u), 16u);
@@ -547,103 +576,100 @@ void partial(uint row0_1, uint lid_1)
     bool loop_init_3 = true;
     while(true) {
         if (!loop_init_3) {
-            uint _e107 = c_2;
-            c_2 = (_e107 + WG);
+            uint _e96 = c_2;
+            c_2 = (_e96 + WG);
         }
         loop_init_3 = false;
-        uint _e14 = c_2;
-        if ((_e14 < nch)) {
+        uint _e13 = c_2;
+        if ((_e13 < nch)) {
         } else {
             break;
         }
         {
             v_2 = ZeroValuearray4_uint4_();
-            r_3 = 0u;
+            r_4 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e41 = r_3;
-                    r_3 = (_e41 + 1u);
+                    uint _e40 = r_4;
+                    r_4 = (_e40 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e20 = r_3;
-                if ((_e20 < ROWS)) {
+                uint _e19 = r_4;
+                if ((_e19 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e23 = r_3;
-                    uint base_1 = ((row0_1 + _e23) * rb_3);
-                    uint _e26 = r_3;
-                    uint _e30 = p.o;
-                    if (((row0_1 + _e26) < _e30)) {
-                        uint _e32 = r_3;
-                        uint _e35 = c_2;
-                        const uint4 _e39 = load16_((base_1 + (16u * _e35)), (base_1 + rb_3));
-                        v_2[min(uint(_e32), 3u)] = _e39;
+                    uint _e22 = r_4;
+                    uint base_2 = ((row0_1 + _e22) * rb_3);
+                    uint _e25 = r_4;
+                    uint _e29 = p.o;
+                    if (((row0_1 + _e25) < _e29)) {
+                        uint _e31 = r_4;
+                        uint _e34 = c_2;
+                        const uint4 _e38 = load16_((base_2 + (16u * _e34)), (base_2 + rb_3));
+                        v_2[min(uint(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e44 = c_2;
-            uint i0_ = (16u * _e44);
-            r_4 = 0u;
+            uint _e43 = c_2;
+            uint i0_ = (16u * _e43);
+            r_5 = 0u;
             bool loop_init_5 = true;
             while(true) {
                 if (!loop_init_5) {
-                    uint _e105 = r_4;
-                    r_4 = (_e105 + 1u);
+                    uint _e94 = r_5;
+                    r_5 = (_e94 + 1u);
                 }
                 loop_init_5 = false;
-                uint _e48 = r_4;
-                if ((_e48 < ROWS)) {
+                uint _e47 = r_5;
+                if ((_e47 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e51 = r_4;
-                    uint row_2 = (row0_1 + _e51);
-                    uint _e55 = p.o;
-                    if ((row_2 < _e55)) {
+                    uint _e50 = r_5;
+                    uint row_2 = (row0_1 + _e50);
+                    uint _e54 = p.o;
+                    if ((row_2 < _e54)) {
                         k_5 = 0u;
                         bool loop_init_6 = true;
                         while(true) {
                             if (!loop_init_6) {
-                                uint _e83 = k_5;
-                                k_5 = (_e83 + 1u);
+                                uint _e72 = k_5;
+                                k_5 = (_e72 + 1u);
                             }
                             loop_init_6 = false;
-                            uint _e59 = k_5;
-                            if ((_e59 < 4u)) {
+                            uint _e58 = k_5;
+                            if ((_e58 < 4u)) {
                             } else {
                                 break;
                             }
                             {
-                                uint _e62 = r_4;
-                                uint _e64 = k_5;
-                                uint w_6 = v_2[min(uint(_e62), 3u)][min(uint(_e64), 3u)];
-                                uint _e67 = r_4;
-                                uint _e69 = nan[min(uint(_e67), 3u)];
-                                nan[min(uint(_e67), 3u)] = (_e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u));
-                                uint _e78 = k_5;
-                                const float4 _e81 = e4m3v(w_6);
-                                tdot((i0_ + (4u * _e78)), _e81);
+                                uint _e62 = k_5;
+                                uint _e65 = r_5;
+                                uint _e67 = k_5;
+                                uint _e69 = v_2[min(uint(_e65), 3u)][min(uint(_e67), 3u)];
+                                const float4 _e70 = e4m3v(_e69);
+                                tdot((i0_ + (4u * _e62)), _e70);
                             }
                         }
-                        const uint _e90 = group(naga_div(i0_, 128u), tpr_1);
-                        uint tk = ((naga_div(row_2, 128u) * tpr_1) + _e90);
+                        const uint _e79 = group(naga_div(i0_, 128u), tpr_1);
+                        uint tk = ((naga_div(row_2, 128u) * tpr_1) + _e79);
                         d_2 = ZeroValuefloat();
                         if (false) {
-                            const uint _e98 = scale_byte(tk);
-                            const float _e99 = ue8m0_(_e98);
-                            d_2 = _e99;
+                            const uint _e87 = scale_byte(tk);
+                            const float _e88 = ue8m0_(_e87);
+                            d_2 = _e88;
                         } else {
-                            const float _e100 = scale_f32_(tk);
-                            d_2 = _e100;
+                            const float _e89 = scale_f32_(tk);
+                            d_2 = _e89;
                         }
-                        uint _e101 = r_4;
-                        float _e102 = d_2;
-                        const float _e103 = scaled(_e102);
-                        fold(_e101, _e103);
+                        uint _e90 = r_5;
+                        float _e91 = d_2;
+                        const float _e92 = scaled(_e91);
+                        fold(_e90, _e92);
                     }
                 }
             }
@@ -652,21 +678,29 @@ void partial(uint row0_1, uint lid_1)
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e122 = r_5;
-            r_5 = (_e122 + 1u);
+            uint _e119 = r_6;
+            r_6 = (_e119 + 1u);
         }
         loop_init_7 = false;
-        uint _e112 = r_5;
-        if ((_e112 < ROWS)) {
+        uint _e101 = r_6;
+        if ((_e101 < ROWS)) {
         } else {
             break;
         }
         {
-            uint _e115 = r_5;
-            uint _e117 = nan[min(uint(_e115), 3u)];
-            if ((_e117 != 0u)) {
-                uint _e120 = r_5;
-                poison(_e120);
+            uint _e104 = r_6;
+            uint _e108 = p.o;
+            if (((row0_1 + _e104) < _e108)) {
+                uint _e112 = r_6;
+                const bool _e114 = row_nan((row0_1 + _e112));
+                local_4 = _e114;
+            } else {
+                local_4 = false;
+            }
+            bool _e116 = local_4;
+            if (_e116) {
+                uint _e117 = r_6;
+                poison(_e117);
             }
         }
     }
@@ -678,57 +712,20 @@ bool fast1_()
     return true;
 }
 
-uint4 e4m3_bits(uint w_2)
+float4 e4m3_h(uint w_2)
 {
-    return asuint((asint(uint4((w_2 << 24u), (w_2 << 16u), (w_2 << 8u), w_2)) >> (4u).xxxx));
-}
-
-float4 e4m3_mag(uint4 v_3)
-{
-    return asfloat(((v_3 & (133169152u).xxxx) | (1073741824u).xxxx));
-}
-
-float4 e4m3_signed(uint4 v_4, float4 f)
-{
-    float4 m_4 = min(f, ((2.0 * f) - (4.0).xxxx));
-    return asfloat((asuint(m_4) | (v_4 & (2147483648u).xxxx)));
-}
-
-float f8row(uint4 w_3, float4 x0_, float4 x1_, float4 x2_, float4 x3_, inout float4 mx)
-{
-    const uint4 _e7 = e4m3_bits(w_3.x);
-    const uint4 _e9 = e4m3_bits(w_3.y);
-    const uint4 _e11 = e4m3_bits(w_3.z);
-    const uint4 _e13 = e4m3_bits(w_3.w);
-    const float4 _e14 = e4m3_mag(_e7);
-    const float4 _e15 = e4m3_mag(_e9);
-    const float4 _e16 = e4m3_mag(_e11);
-    const float4 _e17 = e4m3_mag(_e13);
-    float4 _e18 = mx;
-    mx = max(_e18, max(max(_e14, _e15), max(_e16, _e17)));
-    const float4 _e23 = e4m3_signed(_e7, _e14);
-    const float4 _e25 = e4m3_signed(_e9, _e15);
-    const float4 _e28 = e4m3_signed(_e11, _e16);
-    const float4 _e31 = e4m3_signed(_e13, _e17);
-    return (((dot(_e23, x0_) + dot(_e25, x1_)) + dot(_e28, x2_)) + dot(_e31, x3_));
-}
-
-float4 e4m3_h(uint w_4)
-{
-    uint lo = (((w_4 & 8323199u) << 7u) | ((w_4 & 8388736u) << 8u));
-    uint hi = (((w_4 >> 1u) & 1065369472u) | (w_4 & 2147516416u));
+    uint lo = (((w_2 & 8323199u) << 7u) | ((w_2 & 8388736u) << 8u));
+    uint hi = (((w_2 >> 1u) & 1065369472u) | (w_2 & 2147516416u));
     return float4(float2(f16tof32(lo), f16tof32((lo) >> 16)), float2(f16tof32(hi), f16tof32((hi) >> 16)));
 }
 
-float f8row_h(uint4 w_5, float4 x0_1, float4 x1_1, float4 x2_1, float4 x3_1, inout uint nan_1)
+float f8row_h(uint4 w_3, float4 x0_, float4 x1_, float4 x2_, float4 x3_)
 {
-    uint _e6 = nan_1;
-    nan_1 = (_e6 | (((((w_5.x & 2139062143u) + 16843009u) | ((w_5.y & 2139062143u) + 16843009u)) | ((w_5.z & 2139062143u) + 16843009u)) | ((w_5.w & 2139062143u) + 16843009u)));
-    const float4 _e32 = e4m3_h(w_5.x);
-    const float4 _e36 = e4m3_h(w_5.y);
-    const float4 _e41 = e4m3_h(w_5.z);
-    const float4 _e46 = e4m3_h(w_5.w);
-    return (((dot(_e32, x0_1.xzyw) + dot(_e36, x1_1.xzyw)) + dot(_e41, x2_1.xzyw)) + dot(_e46, x3_1.xzyw));
+    const float4 _e6 = e4m3_h(w_3.x);
+    const float4 _e10 = e4m3_h(w_3.y);
+    const float4 _e15 = e4m3_h(w_3.z);
+    const float4 _e20 = e4m3_h(w_3.w);
+    return (((dot(_e6, x0_.xzyw) + dot(_e10, x1_.xzyw)) + dot(_e15, x2_.xzyw)) + dot(_e20, x3_.xzyw));
 }
 
 Ld1_ ConstructLd1_(Rows4_ arg0, float arg1, float4 arg2, float4 arg3, float4 arg4, float4 arg5) {
@@ -742,7 +739,7 @@ Ld1_ ConstructLd1_(Rows4_ arg0, float arg1, float4 arg2, float4 arg3, float4 arg
     return ret;
 }
 
-Ld1_ load1_h(uint4 rr, uint c_3, uint rb_2, uint band, uint tpr)
+Ld1_ load1_h(uint4 rr_1, uint c_3, uint rb_2, uint band, uint tpr)
 {
     float d_3 = (float)0;
 
@@ -757,7 +754,7 @@ Ld1_ load1_h(uint4 rr, uint c_3, uint rb_2, uint band, uint tpr)
         d_3 = _e18;
     }
     uint xi = (4u * c_3);
-    const Rows4_ _e21 = rows4_(rr, c_3, rb_2);
+    const Rows4_ _e21 = rows4_(rr_1, c_3, rb_2);
     float _e22 = d_3;
     const float _e23 = scaled(_e22);
     float4 _e26 = asfloat(xv.Load4(xi*16));
@@ -768,143 +765,60 @@ Ld1_ load1_h(uint4 rr, uint c_3, uint rb_2, uint band, uint tpr)
     return ld1_;
 }
 
-float4 step1_h(Ld1_ l, inout uint4 n_1)
+float4 step1_h(Ld1_ l)
 {
-    uint n0_ = 0u;
-    uint n1_ = 0u;
-    uint n2_ = 0u;
-    uint n3_ = 0u;
-
-    const float _e16 = f8row_h(l.v.v0_, l.x0_, l.x1_, l.x2_, l.x3_, n0_);
-    const float _e23 = f8row_h(l.v.v1_, l.x0_, l.x1_, l.x2_, l.x3_, n1_);
-    const float _e30 = f8row_h(l.v.v2_, l.x0_, l.x1_, l.x2_, l.x3_, n2_);
-    const float _e37 = f8row_h(l.v.v3_, l.x0_, l.x1_, l.x2_, l.x3_, n3_);
-    float4 f_1 = float4(_e16, _e23, _e30, _e37);
-    uint4 _e39 = n_1;
-    uint _e40 = n0_;
-    uint _e41 = n1_;
-    uint _e42 = n2_;
-    uint _e43 = n3_;
-    n_1 = (_e39 | uint4(_e40, _e41, _e42, _e43));
-    return (l.d * f_1);
+    const float _e7 = f8row_h(l.v.v0_, l.x0_, l.x1_, l.x2_, l.x3_);
+    const float _e14 = f8row_h(l.v.v1_, l.x0_, l.x1_, l.x2_, l.x3_);
+    const float _e21 = f8row_h(l.v.v2_, l.x0_, l.x1_, l.x2_, l.x3_);
+    const float _e28 = f8row_h(l.v.v3_, l.x0_, l.x1_, l.x2_, l.x3_);
+    float4 f = float4(_e7, _e14, _e21, _e28);
+    return (l.d * f);
 }
 
-float4 partial1_h(uint4 rr_1, uint lid_2)
+float4 partial1_h(uint4 rr_2, uint lid_2)
 {
     float4 a_3 = (0.0).xxxx;
-    uint4 n_2 = (0u).xxxx;
     uint c_4 = (uint)0;
 
     uint rb_4 = p.row_bytes;
     uint nch_1 = naga_div((rb_4 + 15u), 16u);
     uint tpr_2 = p.sc_row;
-    uint band_1 = (naga_div(rr_1.x, 128u) * tpr_2);
+    uint band_1 = (naga_div(rr_2.x, 128u) * tpr_2);
     c_4 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e30 = c_4;
-            c_4 = (_e30 + WG);
+            uint _e27 = c_4;
+            c_4 = (_e27 + WG);
         }
         loop_init_8 = false;
-        uint _e23 = c_4;
-        if ((_e23 < nch_1)) {
+        uint _e20 = c_4;
+        if ((_e20 < nch_1)) {
         } else {
             break;
         }
         {
-            float4 _e25 = a_3;
-            uint _e26 = c_4;
-            const Ld1_ _e27 = load1_h(rr_1, _e26, rb_4, band_1, tpr_2);
-            const float4 _e28 = step1_h(_e27, n_2);
-            a_3 = (_e25 + _e28);
+            float4 _e22 = a_3;
+            uint _e23 = c_4;
+            const Ld1_ _e24 = load1_h(rr_2, _e23, rb_4, band_1, tpr_2);
+            const float4 _e25 = step1_h(_e24);
+            a_3 = (_e22 + _e25);
         }
     }
-    uint4 _e33 = n_2;
-    bool4 nan_2 = ((_e33 & (2155905152u).xxxx) != (0u).xxxx);
-    uint _e43 = p.reserved0_;
-    float qnan = asfloat((2143289344u + (_e43 * 0u)));
-    float4 _e48 = a_3;
-    return (nan_2 ? (qnan).xxxx : (_e48 * 256.0));
+    uint _e33 = p.reserved0_;
+    float qnan = asfloat((2143289344u + (_e33 * 0u)));
+    float4 _e38 = a_3;
+    const bool4 _e42 = rows_nan(rr_2);
+    return (_e42 ? (qnan).xxxx : (_e38 * 256.0));
 }
 
 float4 partial1_(uint row0_2, uint lid_3)
 {
-    float4 a_4 = (0.0).xxxx;
-    float4 m0_ = (0.0).xxxx;
-    float4 m1_ = (0.0).xxxx;
-    float4 m2_ = (0.0).xxxx;
-    float4 m3_ = (0.0).xxxx;
-    uint c_5 = (uint)0;
-    float d_4 = (float)0;
-
-    uint rb_5 = p.row_bytes;
-    uint nch_2 = naga_div((rb_5 + 15u), 16u);
-    uint tpr_3 = p.sc_row;
-    uint _e14 = p.o;
-    uint last_1 = (_e14 - 1u);
-    uint4 rr_2 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
-    uint _e29 = p.reserved1_;
-    if ((_e29 != 1u)) {
-        const float4 _e32 = partial1_h(rr_2, lid_3);
-        return _e32;
-    }
-    uint band_2 = (naga_div(row0_2, 128u) * tpr_3);
-    c_5 = lid_3;
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e107 = c_5;
-            c_5 = (_e107 + WG);
-        }
-        loop_init_9 = false;
-        uint _e52 = c_5;
-        if ((_e52 < nch_2)) {
-        } else {
-            break;
-        }
-        {
-            uint _e54 = c_5;
-            const Rows4_ _e55 = rows4_(rr_2, _e54, rb_5);
-            uint _e57 = c_5;
-            const uint _e61 = group(naga_div((16u * _e57), 128u), tpr_3);
-            uint tk_2 = (band_2 + _e61);
-            d_4 = ZeroValuefloat();
-            if (false) {
-                const uint _e69 = scale_byte(tk_2);
-                const float _e70 = ue8m0_(_e69);
-                d_4 = _e70;
-            } else {
-                const float _e71 = scale_f32_(tk_2);
-                d_4 = _e71;
-            }
-            uint _e73 = c_5;
-            uint xi_1 = (4u * _e73);
-            float4 x0_2 = asfloat(xv.Load4(xi_1*16));
-            float4 x1_2 = asfloat(xv.Load4((xi_1 + 1u)*16));
-            float4 x2_2 = asfloat(xv.Load4((xi_1 + 2u)*16));
-            float4 x3_2 = asfloat(xv.Load4((xi_1 + 3u)*16));
-            const float _e94 = f8row(_e55.v0_, x0_2, x1_2, x2_2, x3_2, m0_);
-            const float _e96 = f8row(_e55.v1_, x0_2, x1_2, x2_2, x3_2, m1_);
-            const float _e98 = f8row(_e55.v2_, x0_2, x1_2, x2_2, x3_2, m2_);
-            const float _e100 = f8row(_e55.v3_, x0_2, x1_2, x2_2, x3_2, m3_);
-            float4 f_2 = float4(_e94, _e96, _e98, _e100);
-            float4 _e102 = a_4;
-            float _e103 = d_4;
-            const float _e104 = scaled(_e103);
-            a_4 = (_e102 + (_e104 * f_2));
-        }
-    }
-    float4 lim = (114688.0).xxxx;
-    float4 _e112 = m0_;
-    float4 _e115 = m1_;
-    float4 _e118 = m2_;
-    float4 _e121 = m3_;
-    bool4 nan_3 = bool4(any((_e112 > lim)), any((_e115 > lim)), any((_e118 > lim)), any((_e121 > lim)));
-    uint _e128 = p.reserved0_;
-    float qnan_1 = asfloat((2143289344u + (_e128 * 0u)));
-    float4 _e133 = a_4;
-    return (nan_3 ? (qnan_1).xxxx : (_e133 * 0.00390625));
+    uint _e4 = p.o;
+    uint last_1 = (_e4 - 1u);
+    uint4 rr_3 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
+    const float4 _e17 = partial1_h(rr_3, lid_3);
+    return _e17;
 }
 
 bool fastb()
@@ -923,106 +837,103 @@ Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
 
 AccB partialb(uint row0_3, uint lid_4)
 {
-    AccB a_5 = (AccB)0;
-    uint4 n_3 = (0u).xxxx;
-    uint c_6 = (uint)0;
-    float d_5 = (float)0;
+    AccB a_4 = (AccB)0;
+    uint c_5 = (uint)0;
+    float d_4 = (float)0;
     uint k_6 = (uint)0;
 
-    uint rb_6 = p.row_bytes;
-    uint nch_3 = naga_div((rb_6 + 15u), 16u);
-    uint tpr_4 = p.sc_row;
+    uint rb_5 = p.row_bytes;
+    uint nch_2 = naga_div((rb_5 + 15u), 16u);
+    uint tpr_3 = p.sc_row;
     const uint4 _e12 = rows_b(row0_3);
-    uint band_3 = (naga_div(_e12.x, 128u) * tpr_4);
-    c_6 = lid_4;
-    bool loop_init_10 = true;
+    uint band_2 = (naga_div(_e12.x, 128u) * tpr_3);
+    c_5 = lid_4;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_10) {
-            uint _e99 = c_6;
-            c_6 = (_e99 + WG);
+        if (!loop_init_9) {
+            uint _e88 = c_5;
+            c_5 = (_e88 + WG);
         }
-        loop_init_10 = false;
-        uint _e22 = c_6;
-        if ((_e22 < nch_3)) {
+        loop_init_9 = false;
+        uint _e19 = c_5;
+        if ((_e19 < nch_2)) {
         } else {
             break;
         }
         {
-            uint _e24 = c_6;
-            const Rows4_ _e25 = rows4_(_e12, _e24, rb_6);
-            uint _e27 = c_6;
-            const uint _e31 = group(naga_div((16u * _e27), 128u), tpr_4);
-            uint tk_3 = (band_3 + _e31);
-            d_5 = ZeroValuefloat();
+            uint _e21 = c_5;
+            const Rows4_ _e22 = rows4_(_e12, _e21, rb_5);
+            uint _e24 = c_5;
+            const uint _e28 = group(naga_div((16u * _e24), 128u), tpr_3);
+            uint tk_2 = (band_2 + _e28);
+            d_4 = ZeroValuefloat();
             if (false) {
-                const uint _e39 = scale_byte(tk_3);
-                const float _e40 = ue8m0_(_e39);
-                d_5 = _e40;
+                const uint _e36 = scale_byte(tk_2);
+                const float _e37 = ue8m0_(_e36);
+                d_4 = _e37;
             } else {
-                const float _e41 = scale_f32_(tk_3);
-                d_5 = _e41;
+                const float _e38 = scale_f32_(tk_2);
+                d_4 = _e38;
             }
-            float _e42 = d_5;
-            const float _e43 = scaled(_e42);
-            float ds = (_e43 * 256.0);
+            float _e39 = d_4;
+            const float _e40 = scaled(_e39);
+            float ds = (_e40 * 256.0);
             k_6 = 0u;
-            bool loop_init_11 = true;
+            bool loop_init_10 = true;
             while(true) {
-                if (!loop_init_11) {
-                    uint _e97 = k_6;
-                    k_6 = (_e97 + 1u);
+                if (!loop_init_10) {
+                    uint _e86 = k_6;
+                    k_6 = (_e86 + 1u);
                 }
-                loop_init_11 = false;
-                uint _e48 = k_6;
-                if ((_e48 < 4u)) {
+                loop_init_10 = false;
+                uint _e45 = k_6;
+                if ((_e45 < 4u)) {
                 } else {
                     break;
                 }
                 {
+                    uint _e49 = k_6;
                     uint _e52 = k_6;
                     uint _e55 = k_6;
                     uint _e58 = k_6;
-                    uint _e61 = k_6;
-                    uint4 w_7 = uint4(_e25.v0_[min(uint(_e52), 3u)], _e25.v1_[min(uint(_e55), 3u)], _e25.v2_[min(uint(_e58), 3u)], _e25.v3_[min(uint(_e61), 3u)]);
-                    uint4 _e64 = n_3;
-                    n_3 = (_e64 | ((w_7 & (2139062143u).xxxx) + (16843009u).xxxx));
-                    const float4 _e73 = e4m3_h(w_7.x);
-                    const float4 _e77 = e4m3_h(w_7.y);
-                    const float4 _e81 = e4m3_h(w_7.z);
-                    const float4 _e85 = e4m3_h(w_7.w);
-                    Q4_ q_5 = ConstructQ4_((ds * _e73.xzyw), (ds * _e77.xzyw), (ds * _e81.xzyw), (ds * _e85.xzyw));
-                    uint _e90 = c_6;
-                    uint _e93 = k_6;
-                    accb(a_5, q_5, ((16u * _e90) + (4u * _e93)));
+                    uint4 w_4 = uint4(_e22.v0_[min(uint(_e49), 3u)], _e22.v1_[min(uint(_e52), 3u)], _e22.v2_[min(uint(_e55), 3u)], _e22.v3_[min(uint(_e58), 3u)]);
+                    const float4 _e62 = e4m3_h(w_4.x);
+                    const float4 _e66 = e4m3_h(w_4.y);
+                    const float4 _e70 = e4m3_h(w_4.z);
+                    const float4 _e74 = e4m3_h(w_4.w);
+                    Q4_ q_5 = ConstructQ4_((ds * _e62.xzyw), (ds * _e66.xzyw), (ds * _e70.xzyw), (ds * _e74.xzyw));
+                    uint _e79 = c_5;
+                    uint _e82 = k_6;
+                    accb(a_4, q_5, ((16u * _e79) + (4u * _e82)));
                 }
             }
         }
     }
-    AccB _e102 = a_5;
-    uint4 _e103 = n_3;
-    const AccB _e110 = poisonb(_e102, ((_e103 & (2155905152u).xxxx) != (0u).xxxx));
-    const AccB accb_2 = _e110;
+    AccB _e91 = a_4;
+    const bool4 _e92 = rows_nan(_e12);
+    const AccB _e93 = poisonb(_e91, _e92);
+    const AccB accb_2 = _e93;
     return accb_2;
 }
 
-void reduce16_(uint lid_5, uint n_4, uint row_1, uint s_5, bool keep)
+void reduce16_(uint lid_5, uint n_1, uint row_1, uint s_5, bool keep)
 {
     float part = 0.0;
     uint m_1 = 0u;
-    float v_5 = 0.0;
+    float v_3 = 0.0;
     uint m_2 = 0u;
-    bool local_4 = (bool)0;
+    bool local_5 = (bool)0;
 
     GroupMemoryBarrierWithGroupSync();
     uint kk = (lid_5 >> 3u);
-    if ((kk < n_4)) {
-        bool loop_init_12 = true;
+    if ((kk < n_1)) {
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_12) {
+            if (!loop_init_11) {
                 uint _e30 = m_1;
                 m_1 = (_e30 + 1u);
             }
-            loop_init_12 = false;
+            loop_init_11 = false;
             uint _e12 = m_1;
             if ((_e12 < 16u)) {
             } else {
@@ -1040,45 +951,41 @@ void reduce16_(uint lid_5, uint n_4, uint row_1, uint s_5, bool keep)
     float _e34 = part;
     red[min(uint(lid_5), 2047u)] = _e34;
     GroupMemoryBarrierWithGroupSync();
-    if ((lid_5 < n_4)) {
-        bool loop_init_13 = true;
+    if ((lid_5 < n_1)) {
+        bool loop_init_12 = true;
         while(true) {
-            if (!loop_init_13) {
+            if (!loop_init_12) {
                 uint _e53 = m_2;
                 m_2 = (_e53 + 1u);
             }
-            loop_init_13 = false;
+            loop_init_12 = false;
             uint _e40 = m_2;
             if ((_e40 < 8u)) {
             } else {
                 break;
             }
             {
-                float _e43 = v_5;
+                float _e43 = v_3;
                 uint _e47 = m_2;
                 float _e50 = red[min(uint(((lid_5 * 8u) + _e47)), 2047u)];
-                v_5 = (_e43 + _e50);
+                v_3 = (_e43 + _e50);
             }
         }
         if (keep) {
             uint _e59 = p.o;
-            local_4 = (row_1 < _e59);
+            local_5 = (row_1 < _e59);
         } else {
-            local_4 = false;
+            local_5 = false;
         }
-        bool _e62 = local_4;
+        bool _e62 = local_5;
         if (_e62) {
             uint _e66 = p.o;
-            float _e70 = v_5;
+            float _e70 = v_3;
             y.Store(((s_5 * _e66) + row_1)*4, asuint(_e70));
         }
     }
     GroupMemoryBarrierWithGroupSync();
     return;
-}
-
-uint naga_mod(uint lhs, uint rhs) {
-    return lhs % (rhs == 0u ? 1u : rhs);
 }
 
 [numthreads(128, 1, 1)]
@@ -1116,13 +1023,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
     bool _e30 = local_1;
     if (_e30) {
         const AccB _e31 = partialb(row0_4, lid);
-        bool loop_init_14 = true;
+        bool loop_init_13 = true;
         while(true) {
-            if (!loop_init_14) {
+            if (!loop_init_13) {
                 uint _e111 = j;
                 j = (_e111 + 1u);
             }
-            loop_init_14 = false;
+            loop_init_13 = false;
             uint _e34 = j;
             if ((_e34 < 1u)) {
             } else {
@@ -1130,13 +1037,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             }
             {
                 m = 0u;
-                bool loop_init_15 = true;
+                bool loop_init_14 = true;
                 while(true) {
-                    if (!loop_init_15) {
+                    if (!loop_init_14) {
                         uint _e96 = m;
                         m = (_e96 + 1u);
                     }
-                    loop_init_15 = false;
+                    loop_init_14 = false;
                     uint _e44 = m;
                     if ((_e44 < 4u)) {
                     } else {
@@ -1177,13 +1084,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
         red[min(uint((256u + lid)), 2047u)] = _e127.z;
         red[min(uint((384u + lid)), 2047u)] = _e127.w;
     } else {
-        bool loop_init_16 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_16) {
+            if (!loop_init_15) {
                 uint _e164 = k;
                 k = (_e164 + 1u);
             }
-            loop_init_16 = false;
+            loop_init_15 = false;
             uint _e148 = k;
             if ((_e148 < 16u)) {
             } else {
@@ -1199,13 +1106,13 @@ void main(uint3 wid : SV_GroupID, uint3 nwg : SV_GroupID, uint lid : SV_GroupInd
             }
         }
         partial(row0_4, lid);
-        bool loop_init_17 = true;
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_17) {
+            if (!loop_init_16) {
                 uint _e181 = k_1;
                 k_1 = (_e181 + 1u);
             }
-            loop_init_17 = false;
+            loop_init_16 = false;
             uint _e168 = k_1;
             if ((_e168 < 4u)) {
             } else {

@@ -64,9 +64,6 @@ struct Q4_ {
     metal::float4 r3_;
 };
 struct type_12 {
-    uint inner[4];
-};
-struct type_13 {
     metal::uint4 inner[4];
 };
 struct Ld1_ {
@@ -78,7 +75,7 @@ struct Ld1_ {
     metal::float4 x2_;
     metal::float4 x3_;
 };
-struct type_17 {
+struct type_13 {
     float inner[512];
 };
 constant uint WG = 128u;
@@ -343,8 +340,8 @@ metal::uint4 rowc(
         metal::uint4 _e13 = wq[metal::min(unsigned((row * (rb >> 4u)) + c), (_buffer_sizes.size0 - 0 - 16) / 16)];
         return _e13;
     }
-    uint base = row * rb;
-    metal::uint4 _e19 = load16_(base + (16u * c), base + rb, wq, _buffer_sizes);
+    uint base_1 = row * rb;
+    metal::uint4 _e19 = load16_(base_1 + (16u * c), base_1 + rb, wq, _buffer_sizes);
     return _e19;
 }
 
@@ -567,6 +564,42 @@ uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
 
+uint naga_mod(uint lhs, uint rhs) {
+    return lhs % metal::select(rhs, 1u, rhs == 0u);
+}
+
+bool row_nan(
+    uint r_3,
+    device type_3 const& sc,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint base = {};
+    uint _e3 = p.o;
+    uint _e10 = p.sc_row;
+    uint n_1 = naga_div(_e3 + 127u, 128u) * _e10;
+    base = n_1;
+    if (false) {
+        base = naga_div(n_1 + 3u, 4u);
+    }
+    uint _e22 = base;
+    uint _e27 = sc[metal::min(unsigned(_e22 + naga_div(r_3, 32u)), (_buffer_sizes.size1 - 0 - 4) / 4)];
+    return ((_e27 >> naga_mod(r_3, 32u)) & 1u) != 0u;
+}
+
+metal::bool4 rows_nan(
+    metal::uint4 rr,
+    device type_3 const& sc,
+    constant Params& p,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    bool _e2 = row_nan(rr.x, sc, p, _buffer_sizes);
+    bool _e4 = row_nan(rr.y, sc, p, _buffer_sizes);
+    bool _e6 = row_nan(rr.z, sc, p, _buffer_sizes);
+    bool _e8 = row_nan(rr.w, sc, p, _buffer_sizes);
+    return metal::bool4(_e2, _e4, _e6, _e8);
+}
+
 void partial(
     uint row0_1,
     uint lid_1,
@@ -578,14 +611,14 @@ void partial(
     thread type_8& t,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    type_12 nan = {};
     uint c_2 = {};
-    type_13 v_4 = {};
-    uint r_3 = {};
+    type_12 v_4 = {};
     uint r_4 = {};
+    uint r_5 = {};
     uint k_5 = {};
     float d_2 = {};
-    uint r_5 = 0u;
+    uint r_6 = 0u;
+    bool local_5 = {};
     uint rb_3 = p.row_bytes;
     uint nch = naga_div(rb_3 + 15u, 16u);
     uint tpr_1 = p.sc_row;
@@ -593,103 +626,100 @@ void partial(
     bool loop_init_3 = true;
     while(true) {
         if (!loop_init_3) {
-            uint _e107 = c_2;
-            c_2 = _e107 + WG;
+            uint _e96 = c_2;
+            c_2 = _e96 + WG;
         }
         loop_init_3 = false;
-        uint _e14 = c_2;
-        if (_e14 < nch) {
+        uint _e13 = c_2;
+        if (_e13 < nch) {
         } else {
             break;
         }
         {
-            v_4 = type_13 {};
-            r_3 = 0u;
+            v_4 = type_12 {};
+            r_4 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e41 = r_3;
-                    r_3 = _e41 + 1u;
+                    uint _e40 = r_4;
+                    r_4 = _e40 + 1u;
                 }
                 loop_init_4 = false;
-                uint _e20 = r_3;
-                if (_e20 < ROWS) {
+                uint _e19 = r_4;
+                if (_e19 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e23 = r_3;
-                    uint base_1 = (row0_1 + _e23) * rb_3;
-                    uint _e26 = r_3;
-                    uint _e30 = p.o;
-                    if ((row0_1 + _e26) < _e30) {
-                        uint _e32 = r_3;
-                        uint _e35 = c_2;
-                        metal::uint4 _e39 = load16_(base_1 + (16u * _e35), base_1 + rb_3, wq, _buffer_sizes);
-                        v_4.inner[metal::min(unsigned(_e32), 3u)] = _e39;
+                    uint _e22 = r_4;
+                    uint base_2 = (row0_1 + _e22) * rb_3;
+                    uint _e25 = r_4;
+                    uint _e29 = p.o;
+                    if ((row0_1 + _e25) < _e29) {
+                        uint _e31 = r_4;
+                        uint _e34 = c_2;
+                        metal::uint4 _e38 = load16_(base_2 + (16u * _e34), base_2 + rb_3, wq, _buffer_sizes);
+                        v_4.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e44 = c_2;
-            uint i0_ = 16u * _e44;
-            r_4 = 0u;
+            uint _e43 = c_2;
+            uint i0_ = 16u * _e43;
+            r_5 = 0u;
             bool loop_init_5 = true;
             while(true) {
                 if (!loop_init_5) {
-                    uint _e105 = r_4;
-                    r_4 = _e105 + 1u;
+                    uint _e94 = r_5;
+                    r_5 = _e94 + 1u;
                 }
                 loop_init_5 = false;
-                uint _e48 = r_4;
-                if (_e48 < ROWS) {
+                uint _e47 = r_5;
+                if (_e47 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e51 = r_4;
-                    uint row_1 = row0_1 + _e51;
-                    uint _e55 = p.o;
-                    if (row_1 < _e55) {
+                    uint _e50 = r_5;
+                    uint row_1 = row0_1 + _e50;
+                    uint _e54 = p.o;
+                    if (row_1 < _e54) {
                         k_5 = 0u;
                         bool loop_init_6 = true;
                         while(true) {
                             if (!loop_init_6) {
-                                uint _e83 = k_5;
-                                k_5 = _e83 + 1u;
+                                uint _e72 = k_5;
+                                k_5 = _e72 + 1u;
                             }
                             loop_init_6 = false;
-                            uint _e59 = k_5;
-                            if (_e59 < 4u) {
+                            uint _e58 = k_5;
+                            if (_e58 < 4u) {
                             } else {
                                 break;
                             }
                             {
-                                uint _e62 = r_4;
-                                uint _e64 = k_5;
-                                uint w_6 = v_4.inner[metal::min(unsigned(_e62), 3u)][metal::min(unsigned(_e64), 3u)];
-                                uint _e67 = r_4;
-                                uint _e69 = nan.inner[metal::min(unsigned(_e67), 3u)];
-                                nan.inner[metal::min(unsigned(_e67), 3u)] = _e69 | (((w_6 & 2139062143u) + 16843009u) & 2155905152u);
-                                uint _e78 = k_5;
-                                metal::float4 _e81 = e4m3v(w_6);
-                                tdot(i0_ + (4u * _e78), _e81, xv, p, t, _buffer_sizes);
+                                uint _e62 = k_5;
+                                uint _e65 = r_5;
+                                uint _e67 = k_5;
+                                uint _e69 = v_4.inner[metal::min(unsigned(_e65), 3u)][metal::min(unsigned(_e67), 3u)];
+                                metal::float4 _e70 = e4m3v(_e69);
+                                tdot(i0_ + (4u * _e62), _e70, xv, p, t, _buffer_sizes);
                             }
                         }
-                        uint _e90 = group(naga_div(i0_, 128u), tpr_1);
-                        uint tk = (naga_div(row_1, 128u) * tpr_1) + _e90;
+                        uint _e79 = group(naga_div(i0_, 128u), tpr_1);
+                        uint tk = (naga_div(row_1, 128u) * tpr_1) + _e79;
                         d_2 = float {};
                         if (false) {
-                            uint _e98 = scale_byte(tk, sc, _buffer_sizes);
-                            float _e99 = ue8m0_(_e98, p);
-                            d_2 = _e99;
+                            uint _e87 = scale_byte(tk, sc, _buffer_sizes);
+                            float _e88 = ue8m0_(_e87, p);
+                            d_2 = _e88;
                         } else {
-                            float _e100 = scale_f32_(tk, sc, _buffer_sizes);
-                            d_2 = _e100;
+                            float _e89 = scale_f32_(tk, sc, _buffer_sizes);
+                            d_2 = _e89;
                         }
-                        uint _e101 = r_4;
-                        float _e102 = d_2;
-                        float _e103 = scaled(_e102);
-                        fold(_e101, _e103, acc, t);
+                        uint _e90 = r_5;
+                        float _e91 = d_2;
+                        float _e92 = scaled(_e91);
+                        fold(_e90, _e92, acc, t);
                     }
                 }
             }
@@ -698,21 +728,29 @@ void partial(
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e122 = r_5;
-            r_5 = _e122 + 1u;
+            uint _e119 = r_6;
+            r_6 = _e119 + 1u;
         }
         loop_init_7 = false;
-        uint _e112 = r_5;
-        if (_e112 < ROWS) {
+        uint _e101 = r_6;
+        if (_e101 < ROWS) {
         } else {
             break;
         }
         {
-            uint _e115 = r_5;
-            uint _e117 = nan.inner[metal::min(unsigned(_e115), 3u)];
-            if (_e117 != 0u) {
-                uint _e120 = r_5;
-                poison(_e120, p, acc);
+            uint _e104 = r_6;
+            uint _e108 = p.o;
+            if ((row0_1 + _e104) < _e108) {
+                uint _e112 = r_6;
+                bool _e114 = row_nan(row0_1 + _e112, sc, p, _buffer_sizes);
+                local_5 = _e114;
+            } else {
+                local_5 = false;
+            }
+            bool _e116 = local_5;
+            if (_e116) {
+                uint _e117 = r_6;
+                poison(_e117, p, acc);
             }
         }
     }
@@ -724,78 +762,30 @@ bool fast1_(
     return true;
 }
 
-metal::uint4 e4m3_bits(
+metal::float4 e4m3_h(
     uint w_2
 ) {
-    return as_type<metal::uint4>(as_type<metal::int4>(metal::uint4(w_2 << 24u, w_2 << 16u, w_2 << 8u, w_2)) >> metal::uint4(4u));
-}
-
-metal::float4 e4m3_mag(
-    metal::uint4 v_5
-) {
-    return as_type<metal::float4>((v_5 & metal::uint4(133169152u)) | metal::uint4(1073741824u));
-}
-
-metal::float4 e4m3_signed(
-    metal::uint4 v_6,
-    metal::float4 f
-) {
-    metal::float4 m_4 = metal::min(f, (2.0 * f) - metal::float4(4.0));
-    return as_type<metal::float4>(as_type<metal::uint4>(m_4) | (v_6 & metal::uint4(2147483648u)));
-}
-
-float f8row(
-    metal::uint4 w_3,
-    metal::float4 x0_,
-    metal::float4 x1_,
-    metal::float4 x2_,
-    metal::float4 x3_,
-    thread metal::float4& mx
-) {
-    metal::uint4 _e7 = e4m3_bits(w_3.x);
-    metal::uint4 _e9 = e4m3_bits(w_3.y);
-    metal::uint4 _e11 = e4m3_bits(w_3.z);
-    metal::uint4 _e13 = e4m3_bits(w_3.w);
-    metal::float4 _e14 = e4m3_mag(_e7);
-    metal::float4 _e15 = e4m3_mag(_e9);
-    metal::float4 _e16 = e4m3_mag(_e11);
-    metal::float4 _e17 = e4m3_mag(_e13);
-    metal::float4 _e18 = mx;
-    mx = metal::max(_e18, metal::max(metal::max(_e14, _e15), metal::max(_e16, _e17)));
-    metal::float4 _e23 = e4m3_signed(_e7, _e14);
-    metal::float4 _e25 = e4m3_signed(_e9, _e15);
-    metal::float4 _e28 = e4m3_signed(_e11, _e16);
-    metal::float4 _e31 = e4m3_signed(_e13, _e17);
-    return ((metal::dot(_e23, x0_) + metal::dot(_e25, x1_)) + metal::dot(_e28, x2_)) + metal::dot(_e31, x3_);
-}
-
-metal::float4 e4m3_h(
-    uint w_4
-) {
-    uint lo = ((w_4 & 8323199u) << 7u) | ((w_4 & 8388736u) << 8u);
-    uint hi = ((w_4 >> 1u) & 1065369472u) | (w_4 & 2147516416u);
+    uint lo = ((w_2 & 8323199u) << 7u) | ((w_2 & 8388736u) << 8u);
+    uint hi = ((w_2 >> 1u) & 1065369472u) | (w_2 & 2147516416u);
     return metal::float4(float2(as_type<half2>(lo)), float2(as_type<half2>(hi)));
 }
 
 float f8row_h(
-    metal::uint4 w_5,
-    metal::float4 x0_1,
-    metal::float4 x1_1,
-    metal::float4 x2_1,
-    metal::float4 x3_1,
-    thread uint& nan_1
+    metal::uint4 w_3,
+    metal::float4 x0_,
+    metal::float4 x1_,
+    metal::float4 x2_,
+    metal::float4 x3_
 ) {
-    uint _e6 = nan_1;
-    nan_1 = _e6 | (((((w_5.x & 2139062143u) + 16843009u) | ((w_5.y & 2139062143u) + 16843009u)) | ((w_5.z & 2139062143u) + 16843009u)) | ((w_5.w & 2139062143u) + 16843009u));
-    metal::float4 _e32 = e4m3_h(w_5.x);
-    metal::float4 _e36 = e4m3_h(w_5.y);
-    metal::float4 _e41 = e4m3_h(w_5.z);
-    metal::float4 _e46 = e4m3_h(w_5.w);
-    return ((metal::dot(_e32, x0_1.xzyw) + metal::dot(_e36, x1_1.xzyw)) + metal::dot(_e41, x2_1.xzyw)) + metal::dot(_e46, x3_1.xzyw);
+    metal::float4 _e6 = e4m3_h(w_3.x);
+    metal::float4 _e10 = e4m3_h(w_3.y);
+    metal::float4 _e15 = e4m3_h(w_3.z);
+    metal::float4 _e20 = e4m3_h(w_3.w);
+    return ((metal::dot(_e6, x0_.xzyw) + metal::dot(_e10, x1_.xzyw)) + metal::dot(_e15, x2_.xzyw)) + metal::dot(_e20, x3_.xzyw);
 }
 
 Ld1_ load1_h(
-    metal::uint4 rr,
+    metal::uint4 rr_1,
     uint c_3,
     uint rb_2,
     uint band,
@@ -818,7 +808,7 @@ Ld1_ load1_h(
         d_3 = _e18;
     }
     uint xi = 4u * c_3;
-    Rows4_ _e21 = rows4_(rr, c_3, rb_2, wq, _buffer_sizes);
+    Rows4_ _e21 = rows4_(rr_1, c_3, rb_2, wq, _buffer_sizes);
     float _e22 = d_3;
     float _e23 = scaled(_e22);
     metal::float4 _e26 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -829,29 +819,18 @@ Ld1_ load1_h(
 }
 
 metal::float4 step1_h(
-    Ld1_ l,
-    thread metal::uint4& n_1
+    Ld1_ l
 ) {
-    uint n0_ = 0u;
-    uint n1_ = 0u;
-    uint n2_ = 0u;
-    uint n3_ = 0u;
-    float _e16 = f8row_h(l.v.v0_, l.x0_, l.x1_, l.x2_, l.x3_, n0_);
-    float _e23 = f8row_h(l.v.v1_, l.x0_, l.x1_, l.x2_, l.x3_, n1_);
-    float _e30 = f8row_h(l.v.v2_, l.x0_, l.x1_, l.x2_, l.x3_, n2_);
-    float _e37 = f8row_h(l.v.v3_, l.x0_, l.x1_, l.x2_, l.x3_, n3_);
-    metal::float4 f_1 = metal::float4(_e16, _e23, _e30, _e37);
-    metal::uint4 _e39 = n_1;
-    uint _e40 = n0_;
-    uint _e41 = n1_;
-    uint _e42 = n2_;
-    uint _e43 = n3_;
-    n_1 = _e39 | metal::uint4(_e40, _e41, _e42, _e43);
-    return l.d * f_1;
+    float _e7 = f8row_h(l.v.v0_, l.x0_, l.x1_, l.x2_, l.x3_);
+    float _e14 = f8row_h(l.v.v1_, l.x0_, l.x1_, l.x2_, l.x3_);
+    float _e21 = f8row_h(l.v.v2_, l.x0_, l.x1_, l.x2_, l.x3_);
+    float _e28 = f8row_h(l.v.v3_, l.x0_, l.x1_, l.x2_, l.x3_);
+    metal::float4 f = metal::float4(_e7, _e14, _e21, _e28);
+    return l.d * f;
 }
 
 metal::float4 partial1_h(
-    metal::uint4 rr_1,
+    metal::uint4 rr_2,
     uint lid_2,
     device type_2 const& wq,
     device type_3 const& sc,
@@ -860,39 +839,37 @@ metal::float4 partial1_h(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a_3 = metal::float4(0.0);
-    metal::uint4 n_2 = metal::uint4(0u);
     uint c_4 = {};
     uint rb_4 = p.row_bytes;
     uint nch_1 = naga_div(rb_4 + 15u, 16u);
     uint tpr_2 = p.sc_row;
-    uint band_1 = naga_div(rr_1.x, 128u) * tpr_2;
+    uint band_1 = naga_div(rr_2.x, 128u) * tpr_2;
     c_4 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e30 = c_4;
-            c_4 = _e30 + WG;
+            uint _e27 = c_4;
+            c_4 = _e27 + WG;
         }
         loop_init_8 = false;
-        uint _e23 = c_4;
-        if (_e23 < nch_1) {
+        uint _e20 = c_4;
+        if (_e20 < nch_1) {
         } else {
             break;
         }
         {
-            metal::float4 _e25 = a_3;
-            uint _e26 = c_4;
-            Ld1_ _e27 = load1_h(rr_1, _e26, rb_4, band_1, tpr_2, wq, sc, xv, p, _buffer_sizes);
-            metal::float4 _e28 = step1_h(_e27, n_2);
-            a_3 = _e25 + _e28;
+            metal::float4 _e22 = a_3;
+            uint _e23 = c_4;
+            Ld1_ _e24 = load1_h(rr_2, _e23, rb_4, band_1, tpr_2, wq, sc, xv, p, _buffer_sizes);
+            metal::float4 _e25 = step1_h(_e24);
+            a_3 = _e22 + _e25;
         }
     }
-    metal::uint4 _e33 = n_2;
-    metal::bool4 nan_2 = (_e33 & metal::uint4(2155905152u)) != metal::uint4(0u);
-    uint _e43 = p.reserved0_;
-    float qnan = as_type<float>(2143289344u + (_e43 * 0u));
-    metal::float4 _e48 = a_3;
-    return metal::select(_e48 * 256.0, metal::float4(qnan), nan_2);
+    uint _e33 = p.reserved0_;
+    float qnan = as_type<float>(2143289344u + (_e33 * 0u));
+    metal::float4 _e38 = a_3;
+    metal::bool4 _e42 = rows_nan(rr_2, sc, p, _buffer_sizes);
+    return metal::select(_e38 * 256.0, metal::float4(qnan), _e42);
 }
 
 metal::float4 partial1_(
@@ -904,80 +881,11 @@ metal::float4 partial1_(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    metal::float4 a_4 = metal::float4(0.0);
-    metal::float4 m0_ = metal::float4(0.0);
-    metal::float4 m1_ = metal::float4(0.0);
-    metal::float4 m2_ = metal::float4(0.0);
-    metal::float4 m3_ = metal::float4(0.0);
-    uint c_5 = {};
-    float d_4 = {};
-    uint rb_5 = p.row_bytes;
-    uint nch_2 = naga_div(rb_5 + 15u, 16u);
-    uint tpr_3 = p.sc_row;
-    uint _e14 = p.o;
-    uint last_1 = _e14 - 1u;
-    metal::uint4 rr_2 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
-    uint _e29 = p.reserved1_;
-    if (_e29 != 1u) {
-        metal::float4 _e32 = partial1_h(rr_2, lid_3, wq, sc, xv, p, _buffer_sizes);
-        return _e32;
-    }
-    uint band_2 = naga_div(row0_2, 128u) * tpr_3;
-    c_5 = lid_3;
-    bool loop_init_9 = true;
-    while(true) {
-        if (!loop_init_9) {
-            uint _e107 = c_5;
-            c_5 = _e107 + WG;
-        }
-        loop_init_9 = false;
-        uint _e52 = c_5;
-        if (_e52 < nch_2) {
-        } else {
-            break;
-        }
-        {
-            uint _e54 = c_5;
-            Rows4_ _e55 = rows4_(rr_2, _e54, rb_5, wq, _buffer_sizes);
-            uint _e57 = c_5;
-            uint _e61 = group(naga_div(16u * _e57, 128u), tpr_3);
-            uint tk_2 = band_2 + _e61;
-            d_4 = float {};
-            if (false) {
-                uint _e69 = scale_byte(tk_2, sc, _buffer_sizes);
-                float _e70 = ue8m0_(_e69, p);
-                d_4 = _e70;
-            } else {
-                float _e71 = scale_f32_(tk_2, sc, _buffer_sizes);
-                d_4 = _e71;
-            }
-            uint _e73 = c_5;
-            uint xi_1 = 4u * _e73;
-            metal::float4 x0_2 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
-            metal::float4 x1_2 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-            metal::float4 x2_2 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-            metal::float4 x3_2 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-            float _e94 = f8row(_e55.v0_, x0_2, x1_2, x2_2, x3_2, m0_);
-            float _e96 = f8row(_e55.v1_, x0_2, x1_2, x2_2, x3_2, m1_);
-            float _e98 = f8row(_e55.v2_, x0_2, x1_2, x2_2, x3_2, m2_);
-            float _e100 = f8row(_e55.v3_, x0_2, x1_2, x2_2, x3_2, m3_);
-            metal::float4 f_2 = metal::float4(_e94, _e96, _e98, _e100);
-            metal::float4 _e102 = a_4;
-            float _e103 = d_4;
-            float _e104 = scaled(_e103);
-            a_4 = _e102 + (_e104 * f_2);
-        }
-    }
-    metal::float4 lim = metal::float4(114688.0);
-    metal::float4 _e112 = m0_;
-    metal::float4 _e115 = m1_;
-    metal::float4 _e118 = m2_;
-    metal::float4 _e121 = m3_;
-    metal::bool4 nan_3 = metal::bool4(metal::any(_e112 > lim), metal::any(_e115 > lim), metal::any(_e118 > lim), metal::any(_e121 > lim));
-    uint _e128 = p.reserved0_;
-    float qnan_1 = as_type<float>(2143289344u + (_e128 * 0u));
-    metal::float4 _e133 = a_4;
-    return metal::select(_e133 * 0.00390625, metal::float4(qnan_1), nan_3);
+    uint _e4 = p.o;
+    uint last_1 = _e4 - 1u;
+    metal::uint4 rr_3 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
+    metal::float4 _e17 = partial1_h(rr_3, lid_3, wq, sc, xv, p, _buffer_sizes);
+    return _e17;
 }
 
 bool fastb(
@@ -994,89 +902,82 @@ AccB partialb(
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    AccB a_5 = {};
-    metal::uint4 n_3 = metal::uint4(0u);
-    uint c_6 = {};
-    float d_5 = {};
+    AccB a_4 = {};
+    uint c_5 = {};
+    float d_4 = {};
     uint k_6 = {};
-    uint rb_6 = p.row_bytes;
-    uint nch_3 = naga_div(rb_6 + 15u, 16u);
-    uint tpr_4 = p.sc_row;
+    uint rb_5 = p.row_bytes;
+    uint nch_2 = naga_div(rb_5 + 15u, 16u);
+    uint tpr_3 = p.sc_row;
     metal::uint4 _e12 = rows_b(row0_3, p);
-    uint band_3 = naga_div(_e12.x, 128u) * tpr_4;
-    c_6 = lid_4;
-    bool loop_init_10 = true;
+    uint band_2 = naga_div(_e12.x, 128u) * tpr_3;
+    c_5 = lid_4;
+    bool loop_init_9 = true;
     while(true) {
-        if (!loop_init_10) {
-            uint _e99 = c_6;
-            c_6 = _e99 + WG;
+        if (!loop_init_9) {
+            uint _e88 = c_5;
+            c_5 = _e88 + WG;
         }
-        loop_init_10 = false;
-        uint _e22 = c_6;
-        if (_e22 < nch_3) {
+        loop_init_9 = false;
+        uint _e19 = c_5;
+        if (_e19 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e24 = c_6;
-            Rows4_ _e25 = rows4_(_e12, _e24, rb_6, wq, _buffer_sizes);
-            uint _e27 = c_6;
-            uint _e31 = group(naga_div(16u * _e27, 128u), tpr_4);
-            uint tk_3 = band_3 + _e31;
-            d_5 = float {};
+            uint _e21 = c_5;
+            Rows4_ _e22 = rows4_(_e12, _e21, rb_5, wq, _buffer_sizes);
+            uint _e24 = c_5;
+            uint _e28 = group(naga_div(16u * _e24, 128u), tpr_3);
+            uint tk_2 = band_2 + _e28;
+            d_4 = float {};
             if (false) {
-                uint _e39 = scale_byte(tk_3, sc, _buffer_sizes);
-                float _e40 = ue8m0_(_e39, p);
-                d_5 = _e40;
+                uint _e36 = scale_byte(tk_2, sc, _buffer_sizes);
+                float _e37 = ue8m0_(_e36, p);
+                d_4 = _e37;
             } else {
-                float _e41 = scale_f32_(tk_3, sc, _buffer_sizes);
-                d_5 = _e41;
+                float _e38 = scale_f32_(tk_2, sc, _buffer_sizes);
+                d_4 = _e38;
             }
-            float _e42 = d_5;
-            float _e43 = scaled(_e42);
-            float ds = _e43 * 256.0;
+            float _e39 = d_4;
+            float _e40 = scaled(_e39);
+            float ds = _e40 * 256.0;
             k_6 = 0u;
-            bool loop_init_11 = true;
+            bool loop_init_10 = true;
             while(true) {
-                if (!loop_init_11) {
-                    uint _e97 = k_6;
-                    k_6 = _e97 + 1u;
+                if (!loop_init_10) {
+                    uint _e86 = k_6;
+                    k_6 = _e86 + 1u;
                 }
-                loop_init_11 = false;
-                uint _e48 = k_6;
-                if (_e48 < 4u) {
+                loop_init_10 = false;
+                uint _e45 = k_6;
+                if (_e45 < 4u) {
                 } else {
                     break;
                 }
                 {
+                    uint _e49 = k_6;
                     uint _e52 = k_6;
                     uint _e55 = k_6;
                     uint _e58 = k_6;
-                    uint _e61 = k_6;
-                    metal::uint4 w_7 = metal::uint4(_e25.v0_[metal::min(unsigned(_e52), 3u)], _e25.v1_[metal::min(unsigned(_e55), 3u)], _e25.v2_[metal::min(unsigned(_e58), 3u)], _e25.v3_[metal::min(unsigned(_e61), 3u)]);
-                    metal::uint4 _e64 = n_3;
-                    n_3 = _e64 | ((w_7 & metal::uint4(2139062143u)) + metal::uint4(16843009u));
-                    metal::float4 _e73 = e4m3_h(w_7.x);
-                    metal::float4 _e77 = e4m3_h(w_7.y);
-                    metal::float4 _e81 = e4m3_h(w_7.z);
-                    metal::float4 _e85 = e4m3_h(w_7.w);
-                    Q4_ q_5 = Q4_ {ds * _e73.xzyw, ds * _e77.xzyw, ds * _e81.xzyw, ds * _e85.xzyw};
-                    uint _e90 = c_6;
-                    uint _e93 = k_6;
-                    accb(a_5, q_5, (16u * _e90) + (4u * _e93), xv, p, _buffer_sizes);
+                    metal::uint4 w_4 = metal::uint4(_e22.v0_[metal::min(unsigned(_e49), 3u)], _e22.v1_[metal::min(unsigned(_e52), 3u)], _e22.v2_[metal::min(unsigned(_e55), 3u)], _e22.v3_[metal::min(unsigned(_e58), 3u)]);
+                    metal::float4 _e62 = e4m3_h(w_4.x);
+                    metal::float4 _e66 = e4m3_h(w_4.y);
+                    metal::float4 _e70 = e4m3_h(w_4.z);
+                    metal::float4 _e74 = e4m3_h(w_4.w);
+                    Q4_ q_5 = Q4_ {ds * _e62.xzyw, ds * _e66.xzyw, ds * _e70.xzyw, ds * _e74.xzyw};
+                    uint _e79 = c_5;
+                    uint _e82 = k_6;
+                    accb(a_4, q_5, (16u * _e79) + (4u * _e82), xv, p, _buffer_sizes);
                 }
             }
         }
     }
-    AccB _e102 = a_5;
-    metal::uint4 _e103 = n_3;
-    AccB _e110 = poisonb(_e102, (_e103 & metal::uint4(2155905152u)) != metal::uint4(0u), p);
-    return _e110;
+    AccB _e91 = a_4;
+    metal::bool4 _e92 = rows_nan(_e12, sc, p, _buffer_sizes);
+    AccB _e93 = poisonb(_e91, _e92, p);
+    return _e93;
 }
-uint naga_mod(uint lhs, uint rhs) {
-    return lhs % metal::select(rhs, 1u, rhs == 0u);
-}
-
 
 struct main_Input {
 };
@@ -1092,7 +993,7 @@ struct main_Input {
 , device type_6 const& xv [[buffer(2)]]
 , device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_17& red
+, threadgroup type_13& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
     type_8 acc = {};
@@ -1134,13 +1035,13 @@ struct main_Input {
     bool _e33 = local_1;
     if (_e33) {
         AccB _e34 = partialb(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
-        bool loop_init_12 = true;
+        bool loop_init_11 = true;
         while(true) {
-            if (!loop_init_12) {
+            if (!loop_init_11) {
                 uint _e152 = j;
                 j = _e152 + 1u;
             }
-            loop_init_12 = false;
+            loop_init_11 = false;
             uint _e37 = j;
             if (_e37 < 1u) {
             } else {
@@ -1148,13 +1049,13 @@ struct main_Input {
             }
             {
                 m = 0u;
-                bool loop_init_13 = true;
+                bool loop_init_12 = true;
                 while(true) {
-                    if (!loop_init_13) {
+                    if (!loop_init_12) {
                         uint _e102 = m;
                         m = _e102 + 1u;
                     }
-                    loop_init_13 = false;
+                    loop_init_12 = false;
                     uint _e47 = m;
                     if (_e47 < 4u) {
                     } else {
@@ -1190,13 +1091,13 @@ struct main_Input {
                 if (_e120) {
                     v = 0.0;
                     m_1 = 0u;
-                    bool loop_init_14 = true;
+                    bool loop_init_13 = true;
                     while(true) {
-                        if (!loop_init_14) {
+                        if (!loop_init_13) {
                             uint _e137 = m_1;
                             m_1 = _e137 + 1u;
                         }
-                        loop_init_14 = false;
+                        loop_init_13 = false;
                         uint _e125 = m_1;
                         if (_e125 < nsg) {
                         } else {
@@ -1238,13 +1139,13 @@ struct main_Input {
             red.inner[metal::min(unsigned(96u + sgid), 511u)] = unnamed_1.w;
         }
     } else {
-        bool loop_init_15 = true;
+        bool loop_init_14 = true;
         while(true) {
-            if (!loop_init_15) {
+            if (!loop_init_14) {
                 uint _e208 = k;
                 k = _e208 + 1u;
             }
-            loop_init_15 = false;
+            loop_init_14 = false;
             uint _e192 = k;
             if (_e192 < 16u) {
             } else {
@@ -1260,13 +1161,13 @@ struct main_Input {
             }
         }
         partial(row0_4, lid, wq, sc, xv, p, acc, t, _buffer_sizes);
-        bool loop_init_16 = true;
+        bool loop_init_15 = true;
         while(true) {
-            if (!loop_init_16) {
+            if (!loop_init_15) {
                 uint _e228 = k_1;
                 k_1 = _e228 + 1u;
             }
-            loop_init_16 = false;
+            loop_init_15 = false;
             uint _e212 = k_1;
             if (_e212 < 4u) {
             } else {
@@ -1285,13 +1186,13 @@ struct main_Input {
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (lid < 4u) {
-        bool loop_init_17 = true;
+        bool loop_init_16 = true;
         while(true) {
-            if (!loop_init_17) {
+            if (!loop_init_16) {
                 uint _e247 = m_2;
                 m_2 = _e247 + 1u;
             }
-            loop_init_17 = false;
+            loop_init_16 = false;
             uint _e235 = m_2;
             if (_e235 < nsg) {
             } else {
