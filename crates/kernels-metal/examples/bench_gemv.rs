@@ -7,7 +7,10 @@
 //! their ratio. GEMV times are medians of single dispatches bracketed by timestamp queries
 //! where the adapter offers them (`Features::TIMESTAMP_QUERY`), otherwise wall time of many
 //! dispatches in one submission divided by their count ("queued"), which is also printed
-//! beside the timestamps. The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
+//! beside the timestamps; also printed: dispatches back to back, a pass each, with encoder
+//! timestamps between them, and many dispatches in one pass bracketed by its timestamps
+//! ("one pass": barriers between them, no pass begin and end each; the Vulkan tier's bench
+//! times its dispatches so). The copy ceiling is described below. Weight copies rotate through at least 512 MB so the next dispatch's
 //! weights are never in the L2.
 //!
 //! Usage: bench_gemv [--quick] [--no-sweep] [--default-only] [--warm-ms 1500] [--formats a,b] [--batches 1,16]
@@ -442,6 +445,12 @@ struct Timing {
     /// them, as y is written by each): the Vulkan tier's bench method (None without
     /// TIMESTAMP_QUERY_INSIDE_ENCODERS).
     b2b: Option<f64>,
+    /// `reps` dispatches in one compute pass bracketed by its two timestamps, divided by
+    /// `reps`: wgpu puts a barrier between them (each writes y, a read-write storage
+    /// binding), so none overlaps the next, as between the Vulkan tier's timestamped
+    /// dispatches; without the pass begin and end of every dispatch (None without
+    /// timestamp queries).
+    one_pass: Option<f64>,
 }
 
 /// Times `reps` dispatches of `s` over the rotating copies `ws`.
@@ -575,10 +584,39 @@ fn time_gemv(
                 .collect(),
         )
     });
+    let one_pass = b.has_timestamps().then(|| {
+        let qs = b.device().create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("gemv one pass"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let mut enc = b.device().create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("gemv one pass"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &qs,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+            });
+            for k in 0..reps {
+                if let Err(e) = b.encode_gemv(&mut pass, &ws[k % ws.len()], x, y, s, rows) {
+                    fail(e);
+                }
+            }
+        }
+        b.queue().submit([enc.finish()]);
+        wait(b);
+        let ticks = read_ticks(b, &qs, 2);
+        let period = f64::from(b.queue().get_timestamp_period()) * 1e-9;
+        ticks[1].wrapping_sub(ticks[0]) as f64 * period / reps as f64
+    });
     Timing {
         stamped,
         queued,
         b2b,
+        one_pass,
     }
 }
 
@@ -745,11 +783,15 @@ fn main() {
     }
     let line = |r: &Row, extra: bool| {
         let gbps = r.bytes as f64 / r.secs() / 1e9;
-        let (b2b_us, b2b_pct) = r.t.b2b.map_or((f64::NAN, f64::NAN), |t| {
-            (t * 1e6, 100.0 * r.bytes as f64 / t / 1e9 / copy)
-        });
+        let us_pct = |t: Option<f64>| {
+            t.map_or((f64::NAN, f64::NAN), |t| {
+                (t * 1e6, 100.0 * r.bytes as f64 / t / 1e9 / copy)
+            })
+        };
+        let (b2b_us, b2b_pct) = us_pct(r.t.b2b);
+        let (one_us, one_pct) = us_pct(r.t.one_pass);
         let mut s = format!(
-            "| {} | {}x{} | {} | {:.1} | {gbps:.1} | {:.1}% | {b2b_us:.1} | {b2b_pct:.1}% |",
+            "| {} | {}x{} | {} | {:.1} | {gbps:.1} | {:.1}% | {b2b_us:.1} | {b2b_pct:.1}% | {one_us:.1} | {one_pct:.1}% |",
             r.format,
             r.rows,
             r.cols,
@@ -770,17 +812,19 @@ fn main() {
     };
     println!("## wgpu GEMV, default kernels ({})\n", b.describe());
     println!(
-        "| format | shape | S | us | GB/s (weight + scale bytes) | % of copy | us back to back | % of copy (back to back) |"
+        "| format | shape | S | us | GB/s (weight + scale bytes) | % of copy | us back to back | % of copy (back to back) | us in one pass | % of copy (one pass) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in out.iter().filter(|r| r.default) {
         println!("{}", line(r, false));
     }
     println!("\n## every variant (reduction path, rows per workgroup)\n");
     println!(
-        "| format | shape | S | us | GB/s | % of copy | us b2b | % b2b | reduction | rows/wg | us queued | max err (128 rows) |"
+        "| format | shape | S | us | GB/s | % of copy | us b2b | % b2b | us 1 pass | % 1 pass | reduction | rows/wg | us queued | max err (128 rows) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for r in &out {
         println!("{}", line(r, true));
     }
@@ -792,7 +836,7 @@ fn main() {
         );
         for (k, r) in out.iter().enumerate() {
             j.push_str(&format!(
-                "  {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"reduction\": \"{}\", \"rows_per_wg\": {}, \"default\": {}, \"us\": {}, \"us_queued\": {}, \"us_b2b\": {}, \"bytes\": {}, \"check\": {}}}{}\n",
+                "  {{\"format\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"reduction\": \"{}\", \"rows_per_wg\": {}, \"default\": {}, \"us\": {}, \"us_queued\": {}, \"us_b2b\": {}, \"us_one_pass\": {}, \"bytes\": {}, \"check\": {}}}{}\n",
                 r.format,
                 r.rows,
                 r.cols,
@@ -803,6 +847,8 @@ fn main() {
                 r.secs() * 1e6,
                 r.t.queued * 1e6,
                 r.t.b2b.map_or("null".to_string(), |t| (t * 1e6).to_string()),
+                r.t.one_pass
+                    .map_or("null".to_string(), |t| (t * 1e6).to_string()),
                 r.bytes,
                 if r.check.is_finite() { r.check.to_string() } else { "null".into() },
                 if k + 1 < out.len() { "," } else { "" }

@@ -8,7 +8,10 @@
 //! its stored weight + scale bytes, `weight GB/s = (weight + scale bytes) / t`; "% copy" is
 //! their ratio. Times are GPU timestamps (vkCmdWriteTimestamp), medians over `reps`
 //! dispatches queued in one command buffer with a compute barrier between dispatches (each
-//! waits for the previous one, as on one CUDA stream; host launch latency is not included).
+//! waits for the previous one, as on one CUDA stream; host launch latency is not included),
+//! a timestamp after each; and ("us span") the mean over the same dispatches with
+//! timestamps only before the first and after the last (`time_gemv_span`: the wgpu bench's
+//! "one pass").
 //! The dispatches rotate over weight copies totalling at least `--rotate-mb` (512 MB by
 //! default), so no cache holds the next dispatch's weights. Before timing, the first 128
 //! output rows of each (format, S) are checked against the f64 oracle. Where a kernel can
@@ -159,6 +162,8 @@ struct Row {
     cols: usize,
     s: usize,
     secs: f64,
+    /// Mean seconds a dispatch with timestamps only at both ends (`time_gemv_span`).
+    span: f64,
     bytes: usize,
     check: f64,
 }
@@ -198,8 +203,10 @@ fn main() {
         "gemv: median of {} timestamped dispatches rotating over >= {} MB of weight copies\n",
         opts.reps, opts.rotate_mb
     );
-    println!("| format | x | shape | S | us | GB/s | % of copy | check (worst err, 128 rows) |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| format | x | shape | S | us | GB/s | % of copy | us span | % of copy (span) | check (worst err, 128 rows) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut rng = Rng::new(0x5EED);
     let mut results = Vec::new();
     for &(rows, cols) in &opts.shapes {
@@ -242,12 +249,17 @@ fn main() {
                         b.time_gemv(&refs, &x, s, opts.reps)
                             .unwrap_or_else(|e| fail(e)),
                     );
+                    let span = b
+                        .time_gemv_span(&refs, &x, s, opts.reps)
+                        .unwrap_or_else(|e| fail(e));
                     let bytes = last.stored_bytes();
                     let gbs = bytes as f64 / secs / 1e9;
                     println!(
-                        "| {format} | {path} | {rows}x{cols} | {s} | {:.1} | {gbs:.1} | {:.1}% | {check:.1e} |",
+                        "| {format} | {path} | {rows}x{cols} | {s} | {:.1} | {gbs:.1} | {:.1}% | {:.1} | {:.1}% | {check:.1e} |",
                         secs * 1e6,
-                        100.0 * gbs / copy
+                        100.0 * gbs / copy,
+                        span * 1e6,
+                        100.0 * bytes as f64 / span / 1e9 / copy
                     );
                     results.push(Row {
                         format,
@@ -256,6 +268,7 @@ fn main() {
                         cols,
                         s,
                         secs,
+                        span,
                         bytes,
                         check,
                     });
@@ -294,13 +307,14 @@ fn main() {
         for (k, r) in results.iter().enumerate() {
             let _ = writeln!(
                 j,
-                "    {{\"format\": \"{}\", \"x\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"us\": {}, \"bytes\": {}, \"gbs\": {}, \"check\": {}}}{}",
+                "    {{\"format\": \"{}\", \"x\": \"{}\", \"rows\": {}, \"cols\": {}, \"s\": {}, \"us\": {}, \"us_span\": {}, \"bytes\": {}, \"gbs\": {}, \"check\": {}}}{}",
                 r.format,
                 r.path,
                 r.rows,
                 r.cols,
                 r.s,
                 r.secs * 1e6,
+                r.span * 1e6,
                 r.bytes,
                 r.bytes as f64 / r.secs / 1e9,
                 if r.check.is_finite() {

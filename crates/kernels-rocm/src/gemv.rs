@@ -508,6 +508,31 @@ impl VulkanBackend {
         s: usize,
         reps: usize,
     ) -> Result<Vec<f64>, VulkanError> {
+        self.time_gemv_stamped(tensors, x, s, reps, Stamps::Each)
+    }
+
+    /// [`VulkanBackend::time_gemv`]'s dispatches with timestamps only before the first and
+    /// after the last: their mean GPU seconds, barriers included, without a timestamp
+    /// between each two (the wgpu bench's "one pass"; docs/VULKAN.md, "Session 12").
+    pub fn time_gemv_span(
+        &self,
+        tensors: &[&DeviceTensor],
+        x: &[f32],
+        s: usize,
+        reps: usize,
+    ) -> Result<f64, VulkanError> {
+        let t = self.time_gemv_stamped(tensors, x, s, reps, Stamps::Ends)?;
+        Ok(t.iter().sum::<f64>() / reps.max(1) as f64)
+    }
+
+    fn time_gemv_stamped(
+        &self,
+        tensors: &[&DeviceTensor],
+        x: &[f32],
+        s: usize,
+        reps: usize,
+        stamps: Stamps,
+    ) -> Result<Vec<f64>, VulkanError> {
         let period = self.timestamp_period()?;
         // Each tensor's bindings are locked for the whole run: a tensor listed twice would
         // wait on itself.
@@ -552,6 +577,7 @@ impl VulkanBackend {
                 unsafe { cmd_barrier(d, cmd, (compute, rw), (compute, rw)) };
             },
             vk::PipelineStageFlags::COMPUTE_SHADER,
+            stamps,
         )
     }
 
@@ -586,6 +612,7 @@ impl VulkanBackend {
                 }
             },
             vk::PipelineStageFlags::TRANSFER,
+            Stamps::Each,
         )
     }
 
@@ -628,6 +655,7 @@ impl VulkanBackend {
                 }
             },
             vk::PipelineStageFlags::COMPUTE_SHADER,
+            Stamps::Each,
         )
     }
 
@@ -649,10 +677,15 @@ impl VulkanBackend {
         period_ns: f64,
         step: impl Fn(&ash::Device, vk::CommandBuffer, usize),
         stage: vk::PipelineStageFlags,
+        stamps: Stamps,
     ) -> Result<Vec<f64>, VulkanError> {
         let c = &self.ctx;
         let d = &c.shared.device;
-        let n = u32::try_from(reps + 1).map_err(|_| VulkanError::Vk {
+        let count = match stamps {
+            Stamps::Each => reps + 1,
+            Stamps::Ends => 2,
+        };
+        let n = u32::try_from(count).map_err(|_| VulkanError::Vk {
             during: "timing",
             result: format!("{reps} repetitions"),
         })?;
@@ -672,8 +705,12 @@ impl VulkanBackend {
                 }
                 for k in 0..reps {
                     step(d, cmd, k);
-                    // SAFETY: as above; query k + 1 < n.
-                    unsafe { d.cmd_write_timestamp(cmd, stage, pool, (k + 1) as u32) };
+                    let last = k + 1 == reps;
+                    if stamps == Stamps::Each || last {
+                        let q = if last { n - 1 } else { (k + 1) as u32 };
+                        // SAFETY: as above; q < n.
+                        unsafe { d.cmd_write_timestamp(cmd, stage, pool, q) };
+                    }
                 }
             })
             .and_then(|()| cmds.run());
@@ -699,6 +736,14 @@ impl VulkanBackend {
             .map(|w| w[1].wrapping_sub(w[0]) as f64 * period_ns * 1e-9)
             .collect())
     }
+}
+
+/// Where [`VulkanBackend::timed`] writes timestamps: after every step (one interval a
+/// step), or only before the first and after the last (one interval over all of them).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Stamps {
+    Each,
+    Ends,
 }
 
 impl DeviceTensor {
