@@ -45,8 +45,8 @@ struct Opts {
     shapes: Vec<(usize, usize)>,
     copy_mb: u64,
     rotate_mb: usize,
-    /// Sustained timing runs of the kernel under test, discarded, before it is timed
-    /// (default 1500 ms): the H200 drops its SM clock to 345 MHz about 2 s after the GPU
+    /// Sustained timing runs of the kernel under test, discarded, before it is timed: at
+    /// least this long (default 1500 ms), then until the times settle (`warm_up`): the H200 drops its SM clock to 345 MHz about 2 s after the GPU
     /// goes idle (the host encodes each format's weights meanwhile); with 300 ms the first
     /// kernel after such a gap was sometimes timed at that clock, 4-5x slow (docs/VULKAN.md).
     warm_ms: u64,
@@ -168,6 +168,37 @@ struct Row {
     check: f64,
 }
 
+/// Runs the kernel under test until the GPU's clock has settled: at least `--warm-ms`, then
+/// until two medians taken at least 500 ms apart agree within 1% (at most 10 s). On the H200
+/// the SM clock falls to 345 MHz while the host encodes the next format and climbs back over
+/// about 3 s of this load (nvidia-smi every 200 ms, session 12: docs/VULKAN.md); the 4-bit
+/// kernels, which issue more instructions a byte than the 8-bit ones, were timed on that
+/// ramp after a fixed 1500 ms (int4-row 20 to 38 us from call to call).
+fn warm_up(b: &VulkanBackend, refs: &[&DeviceTensor], x: &[f32], s: usize, opts: &Opts) {
+    let start = std::time::Instant::now();
+    let mut last: Option<(std::time::Instant, f64)> = None;
+    loop {
+        let t = median(
+            b.time_gemv(refs, x, s, opts.reps.max(100))
+                .unwrap_or_else(|e| fail(e)),
+        );
+        let now = std::time::Instant::now();
+        let ms = start.elapsed().as_millis();
+        match last {
+            Some((at, prev)) if now.duration_since(at).as_millis() >= 500 => {
+                if (ms >= u128::from(opts.warm_ms) && (t - prev).abs() <= 0.01 * prev)
+                    || ms >= 10_000
+                {
+                    return;
+                }
+                last = Some((now, t));
+            }
+            Some(_) => {}
+            None => last = Some((now, t)),
+        }
+    }
+}
+
 fn main() {
     let opts = parse_args().unwrap_or_else(|e| fail(e));
     let mut b = match VulkanBackend::new() {
@@ -240,11 +271,7 @@ fn main() {
                     b.set_int8_activations(int8_x);
                     let last = refs.last().copied().unwrap_or_else(|| fail("no copies"));
                     let check = spot_check(&b, &t, last, &x, s).unwrap_or_else(|e| fail(e));
-                    let t_warm = std::time::Instant::now();
-                    while t_warm.elapsed().as_millis() < u128::from(opts.warm_ms) {
-                        b.time_gemv(&refs, &x, s, opts.reps.max(100))
-                            .unwrap_or_else(|e| fail(e));
-                    }
+                    warm_up(&b, &refs, &x, s, &opts);
                     let secs = median(
                         b.time_gemv(&refs, &x, s, opts.reps)
                             .unwrap_or_else(|e| fail(e)),
