@@ -362,3 +362,22 @@ fn pipeline_statistics_are_kept_only_when_asked_for() {
         );
     }
 }
+
+/// The bench's two timings of the same dispatches: one interval a dispatch (`time_gemv`) and
+/// their mean with timestamps only at both ends (`time_gemv_span`), both finite and
+/// positive; none asked for is an empty result, not a wait on a timestamp never written.
+#[test]
+fn dispatch_timings_come_back_for_each_and_for_the_span() {
+    let Some(b) = backend() else { return };
+    let mut rng = Rng::new(12);
+    let t = random_tensor(&mut rng, Format::Int8Row, 64, 512);
+    let (d1, d2) = (b.upload(&t.view()).unwrap(), b.upload(&t.view()).unwrap());
+    let x = activations(&mut rng, 1, 512);
+    let each = b.time_gemv(&[&d1, &d2], &x, 1, 5).unwrap();
+    assert_eq!(each.len(), 5, "one interval a dispatch");
+    assert!(each.iter().all(|&s| s.is_finite() && s > 0.0), "{each:?}");
+    let span = b.time_gemv_span(&[&d1, &d2], &x, 1, 5).unwrap();
+    assert!(span.is_finite() && span > 0.0, "span {span}");
+    assert!(b.time_gemv(&[&d1], &x, 1, 0).unwrap().is_empty());
+    assert_eq!(b.time_gemv_span(&[&d1], &x, 1, 0).unwrap(), 0.0);
+}
