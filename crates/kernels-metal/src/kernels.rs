@@ -23,6 +23,7 @@
 //! - overrides `S` (the batch, 1..=16: one pipeline per S), `ROWS`, `MUTATE` (0; see
 //!   `Mutation` under the `mutation-test` feature) and the format's own constants below.
 
+use quant_core::tables::e4m3_is_nan;
 use quant_core::{Format, QTensor, QuantError};
 use std::borrow::Cow;
 
@@ -516,8 +517,9 @@ pub fn pack_int8_activations_as(x: &[f32], layout: u32) -> Vec<u32> {
 /// of gemv_fp8.wgsl, after them (from the next 4-byte boundary) one bit per row, bit r % 32
 /// of little-endian word r / 32 set where row r holds a NaN code (E4M3 0x7F / 0xFF). A NaN
 /// weight poisons exactly its row; the flags are found once here, so the kernels test one
-/// bit a row instead of every weight byte (on the H200 the per-byte test cost the S = 1
-/// kernel 36.0 against 32.3 us on [6144 x 16384]; docs/VULKAN.md, "Session 12").
+/// bit a row instead of every weight byte (on the H200 the S = 1 kernel on [6144 x 16384]
+/// ran at 66% of the copy ceiling with the per-byte test and 74% without; docs/VULKAN.md,
+/// "Session 12").
 pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
     if kernel_for(t.format()).is_none_or(|k| k.file != FP8.0) {
         return Cow::Borrowed(t.scales());
@@ -525,13 +527,10 @@ pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
     let mut b = t.scales().to_vec();
     b.resize(b.len().next_multiple_of(4), 0);
     let mut words = vec![0u32; t.rows().div_ceil(32)];
-    let row_bytes = t.weights().len() / t.rows().max(1);
-    if row_bytes > 0 {
-        for (r, row) in t.weights().chunks_exact(row_bytes).enumerate() {
-            // A fold, not `any`: no early exit, so it vectorizes.
-            if row.iter().fold(false, |nan, &c| nan | (c & 0x7F == 0x7F)) {
-                words[r / 32] |= 1 << (r % 32);
-            }
+    for r in 0..t.rows() {
+        // A fold, not `any`: no early exit, so it vectorizes.
+        if t.row(r).iter().fold(false, |nan, &c| nan | e4m3_is_nan(c)) {
+            words[r / 32] |= 1 << (r % 32);
         }
     }
     b.extend(words.iter().flat_map(|w| w.to_le_bytes()));

@@ -68,6 +68,13 @@ pub const UE8M0_BIAS: i32 = 127;
 /// The UE8M0 NaN byte.
 pub const UE8M0_NAN: u8 = 0xFF;
 
+/// Whether an E4M3-FN byte is one of its two NaN codes (`0x7F`, `0xFF`: every magnitude
+/// bit set).
+#[inline]
+pub const fn e4m3_is_nan(b: u8) -> bool {
+    b & 0x7F == 0x7F
+}
+
 /// Value of a UE8M0 byte: `2^(e - 127)`, NaN for 0xFF. Exact for every byte: 2^-127 is an
 /// f32 subnormal but representable.
 #[inline(always)]

@@ -83,7 +83,7 @@ impl RowKernel for Fp8Kernel {
 /// the portable level and for tests); NaN for 0x7F and 0xFF.
 #[inline]
 pub fn e4m3_decode(b: u8) -> f32 {
-    if b & 0x7F == 0x7F {
+    if crate::tables::e4m3_is_nan(b) {
         return f32::NAN;
     }
     f32::from_bits(((b as i8 as i32 as u32) << 20) & FIELD_MASK) * REBIAS
@@ -150,7 +150,7 @@ impl Micro for Fp8Micro<'_, '_> {
             for c in 2 * tile..(2 * tile + 2).min(self.nch) {
                 for r in 0..R {
                     let b = self.chunk(o + r, c);
-                    nan[r] |= b.iter().any(|&v| v & 0x7F == 0x7F);
+                    nan[r] |= b.iter().any(|&v| crate::tables::e4m3_is_nan(v));
                     let w: [f32; PLAIN_CHUNK] = std::array::from_fn(|i| {
                         f32::from_bits(((b[i] as i8 as i32 as u32) << 20) & FIELD_MASK) * REBIAS
                     });
