@@ -74,12 +74,13 @@ fn main() {
         };
         let _ = writeln!(
             modules,
-            "    ModuleEntry {{ name: {:?}, file: {:?}, entry: {:?}, s: {}, rows: {}, offset: {offset}, len: {}, error: {error} }},",
+            "    ModuleEntry {{ name: {:?}, file: {:?}, entry: {:?}, s: {}, rows: {}, workgroup: {}, offset: {offset}, len: {}, error: {error} }},",
             sp.name(),
             sp.file,
             sp.entry,
             sp.s,
             sp.rows,
+            sp.workgroup,
             blob.len() - offset,
         );
         for f in &sp.formats {

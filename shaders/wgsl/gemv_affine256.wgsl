@@ -8,7 +8,7 @@
 // rotated by the host. sum_j (q_j s + z) x_j = s * sum_j q_j x_j + z * sum_j x_j.
 // A work item is 4 payload words of a block (words pp, pp + 8, pp + 16, pp + 24, pp < 8),
 // so 8 neighbouring invocations read 8 neighbouring words; each invocation takes items
-// j = lid, lid + 128, ... (block j / 8) of the ROWS rows.
+// j = lid, lid + WG, ... (block j / 8) of the ROWS rows.
 
 // ---- family: gemv_affine256 ----
 override HDR: u32 = 0u;

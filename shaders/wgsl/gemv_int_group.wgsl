@@ -2,7 +2,7 @@
 // int4-row's nibbles (q + 8, weight 2b the low nibble of byte b) with one f32 scale per GS
 // weights along I: scale[o * ceil(I / GS) + i / GS] (crates/quant-core/src/codecs/int_group.rs).
 // The scale is folded into the sum once per group part, never once per row (seed 000).
-// Each invocation takes 16-byte chunks (32 weights) c = lid, lid + 128, ... of the ROWS rows;
+// Each invocation takes 16-byte chunks (32 weights) c = lid, lid + WG, ... of the ROWS rows;
 // GS is a multiple of 16, so each 16-weight half of a chunk lies in one group.
 
 // ---- family: gemv_int_group ----

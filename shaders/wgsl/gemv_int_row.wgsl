@@ -3,7 +3,7 @@
 // crates/quant-core/src/codecs/int_row.rs: int8 two's complement; int4 offset binary
 // (q + 8), weight 2b the low nibble of byte b; int2 offset binary (q + 2), weight 4b + j in
 // bits 2j .. 2j + 1 of byte b. One f32 scale per row in the sidecar.
-// Work: each invocation takes 16-byte chunks c = lid, lid + 128, ... of the ROWS rows.
+// Work: each invocation takes 16-byte chunks c = lid, lid + WG, ... of the ROWS rows.
 
 // ---- family: gemv_int_row ----
 override BITS: u32 = 8u;

@@ -28,7 +28,9 @@ override S: u32 = 1u;
 override ROWS: u32 = 1u;
 override MUTATE: u32 = 0u;
 
-const WG: u32 = 128u;
+// Invocations a workgroup (kernels_metal::kernels::KernelSpec::workgroup_size: 64 for the
+// packed-activation S = 1 kernels, 128 for every other pipeline); a multiple of 16.
+override WG: u32 = 128u;
 
 // acc[r * S + s]: the row partials of this invocation (ROWS * S <= 16); t and u collect
 // one scale group's sum of q * x and sum of x before it is folded into acc.

@@ -2,10 +2,10 @@
 // shaders/wgsl/tail.shared-memory.wgsl: composed after every family file for the plain
 // `gemv_*.wgsl` kernels; tail.subgroup.wgsl is the subgroup variant.
 
-// 16 partials of each of the 128 invocations.
+// 16 partials of each of the (at most 128) invocations.
 var<workgroup> red: array<f32, 2048>;
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -63,22 +63,24 @@ fn main(
 // every invocation calls it.
 fn reduce16(lid: u32, n: u32, row: u32, s: u32, keep: bool) {
     workgroupBarrier();
-    // Invocation lid sums 16 of value lid / 8's 128 partials ...
-    let kk = lid >> 3u;
+    // Invocation lid sums 16 of value lid / per's WG partials (per = WG / 16 invocations a
+    // value) ...
+    let per = WG / 16u;
+    let kk = lid / per;
     var part = 0.0;
     if (kk < n) {
         for (var m = 0u; m < 16u; m++) {
-            part += red[kk * WG + (lid & 7u) * 16u + m];
+            part += red[kk * WG + (lid % per) * 16u + m];
         }
     }
     workgroupBarrier();
     red[lid] = part;
     workgroupBarrier();
-    // ... and invocation k < n adds value k's 8 sums and stores it.
+    // ... and invocation k < n adds value k's per sums and stores it.
     if (lid < n) {
         var v = 0.0;
-        for (var m = 0u; m < 8u; m++) {
-            v += red[lid * 8u + m];
+        for (var m = 0u; m < per; m++) {
+            v += red[lid * per + m];
         }
         if (keep && row < p.o) {
             y[s * p.o + row] = v;

@@ -6,7 +6,7 @@
 // 16 partials of each of up to 32 subgroups.
 var<workgroup> red: array<f32, 512>;
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,

@@ -18,17 +18,26 @@
 //!   [`int8_x_layout`]), binding 3 `y`
 //!   ([S, O] f32, read-write);
 //! - immediates (push constants): [`Params`], 32 bytes;
-//! - workgroups of [`WORKGROUP_SIZE`] invocations, each owning `ROWS` consecutive rows
-//!   (an override, [`rows_per_workgroup`]) and computing all S outputs of those rows;
-//! - overrides `S` (the batch, 1..=16: one pipeline per S), `ROWS`, `MUTATE` (0; see
+//! - workgroups of `WG` invocations ([`KernelSpec::workgroup_size`]: [`WORKGROUP_SIZE`], or
+//!   [`NARROW_WORKGROUP_SIZE`] for the packed-activation S = 1 kernels), each owning `ROWS`
+//!   consecutive rows (an override, [`rows_per_workgroup`]) and computing all S outputs of
+//!   those rows;
+//! - overrides `S` (the batch, 1..=16: one pipeline per S), `ROWS`, `WG`, `MUTATE` (0; see
 //!   `Mutation` under the `mutation-test` feature) and the format's own constants below.
 
 use quant_core::tables::e4m3_is_nan;
 use quant_core::{Format, QTensor, QuantError};
 use std::borrow::Cow;
 
-/// Invocations of one workgroup (every kernel).
+/// Invocations of one workgroup (every pipeline but those of [`NARROW_WORKGROUP_SIZE`]).
 pub const WORKGROUP_SIZE: u32 = 128;
+/// Invocations of one workgroup of the S = 1 kernels with a packed-activation path
+/// ([`KernelSpec::packs_int8_x`]). Their 4-row workgroups hold 72-80 registers an invocation
+/// on the H200, so at 128 invocations only 7 share an SM and the 1536 workgroups of
+/// [6144 x 16384] run in 1.7 waves; at 64, 14 share one and the grid fits in one wave
+/// (int4-g64 21.1 -> 18.7 us through wgpu, docs/VULKAN.md "Session 13"). The 8-bit kernels
+/// lost at 64 (int8-row 31.0 -> 32.1 us) and keep 128.
+pub const NARROW_WORKGROUP_SIZE: u32 = 64;
 /// Largest batch a kernel computes (the accumulators are sized for it).
 pub const MAX_S: usize = 16;
 /// Activation rows are padded to a multiple of this many floats: a multiple of every
@@ -164,8 +173,8 @@ pub struct KernelSpec {
     pub subgroup_file: &'static str,
     /// Entry point of both files.
     pub entry: &'static str,
-    /// The format's override constants (name, value). `S`, `ROWS` and `MUTATE` are added
-    /// by [`KernelSpec::overrides`].
+    /// The format's override constants (name, value). `S`, `ROWS`, `WG` and `MUTATE` are
+    /// added by [`KernelSpec::overrides`].
     pub constants: &'static [(&'static str, f64)],
 }
 
@@ -245,6 +254,32 @@ impl KernelSpec {
         }
     }
 
+    /// Whether the kernel has the S = 1 path on packed int8 activations (WGSL
+    /// `partial1_i8`: gemv_int_row BITS 4, gemv_int_group with GS a multiple of 32,
+    /// gemv_affine256), i.e. serves the formats of [`INT8_X_FORMATS`] (a unit test holds
+    /// the two together).
+    pub fn packs_int8_x(&self) -> bool {
+        let constant = |name: &str| self.constants.iter().find(|c| c.0 == name).map(|c| c.1);
+        if self.file == INT_ROW.0 {
+            constant("BITS").is_some_and(|b| b == 4.0)
+        } else if self.file == INT_GROUP.0 {
+            constant("GS").is_some_and(|g| g % 32.0 == 0.0)
+        } else {
+            self.file == AFFINE.0
+        }
+    }
+
+    /// Invocations a workgroup of the pipeline for batch `s` (the `WG` override):
+    /// [`NARROW_WORKGROUP_SIZE`] at S = 1 where [`KernelSpec::packs_int8_x`], else
+    /// [`WORKGROUP_SIZE`].
+    pub fn workgroup_size(&self, s: usize) -> u32 {
+        if s == 1 && self.packs_int8_x() {
+            NARROW_WORKGROUP_SIZE
+        } else {
+            WORKGROUP_SIZE
+        }
+    }
+
     /// The file to compile: the subgroup variant where the device offers subgroup
     /// arithmetic, the shared-memory one otherwise.
     pub fn file_for(&self, subgroups: bool) -> &'static str {
@@ -261,6 +296,7 @@ impl KernelSpec {
         let mut v = self.constants.to_vec();
         v.push(("S", s as f64));
         v.push(("ROWS", f64::from(rows)));
+        v.push(("WG", f64::from(self.workgroup_size(s))));
         v.push(("MUTATE", f64::from(mutate)));
         v
     }
@@ -830,6 +866,30 @@ mod tests {
             !int8_activations(Format::Int4G48, 1),
             "GS 48 straddles blocks"
         );
+    }
+
+    /// The narrow workgroups are exactly the packed-activation S = 1 pipelines, every
+    /// workgroup size is a multiple of 16 (the shared-memory tail's `reduce16` splits a
+    /// value's partials 16 to an invocation) and the `WG` override carries it.
+    #[test]
+    fn narrow_workgroups_are_the_packed_s1_kernels() {
+        assert_eq!(WORKGROUP_SIZE % 16, 0);
+        assert_eq!(NARROW_WORKGROUP_SIZE % 16, 0);
+        for f in Format::all() {
+            let Some(k) = kernel_for(f) else { continue };
+            assert_eq!(k.packs_int8_x(), INT8_X_FORMATS.contains(&f), "{f}");
+            for s in 1..=MAX_S {
+                let wg = k.workgroup_size(s);
+                let want = if int8_activations(f, s) {
+                    NARROW_WORKGROUP_SIZE
+                } else {
+                    WORKGROUP_SIZE
+                };
+                assert_eq!(wg, want, "{f} S = {s}");
+                let o = k.overrides(s, k.rows(s), 0);
+                assert!(o.contains(&("WG", f64::from(wg))), "{f} S = {s}: {o:?}");
+            }
+        }
     }
 
     /// The batch path (WGSL `fastb()`) is where the shaders have it, and only there may 4

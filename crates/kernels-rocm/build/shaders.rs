@@ -10,7 +10,7 @@
 //! specialisation constants from naga), so every override is resolved here
 //! (`process_overrides`) and each (file, format constants, S) is its own module.
 
-use kernels_metal::kernels::{self as table, MAX_S, WORKGROUP_SIZE};
+use kernels_metal::kernels::{self as table, MAX_S};
 use naga::back::pipeline_constants::process_overrides;
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::{
@@ -166,6 +166,8 @@ pub struct Specialisation {
     pub constants: Vec<(&'static str, f64)>,
     pub s: usize,
     pub rows: u32,
+    /// Invocations a workgroup (the `WG` override, `KernelSpec::workgroup_size`).
+    pub workgroup: u32,
     /// The `MUTATE` override: 0, or a deliberate defect (kernels-rocm's mutation tests).
     pub mutate: u32,
     /// Registry formats this module serves, in registry order.
@@ -236,6 +238,7 @@ fn specialise(
                     s,
                     // The table's default, as the wgpu tier uses (KernelSpec::rows).
                     rows: spec.rows(s),
+                    workgroup: spec.workgroup_size(s),
                     mutate,
                     formats: vec![],
                 };
@@ -288,10 +291,10 @@ pub fn resolve(src: &Source, sp: &Specialisation) -> Result<(Module, ModuleInfo)
         .iter()
         .find(|e| e.name == sp.entry)
         .ok_or_else(|| format!("{name}: no entry point `{}`", sp.entry))?;
-    if ep.stage != ShaderStage::Compute || ep.workgroup_size != [WORKGROUP_SIZE, 1, 1] {
+    if ep.stage != ShaderStage::Compute || ep.workgroup_size != [sp.workgroup, 1, 1] {
         return Err(format!(
-            "{name}: entry `{}` is {:?} with workgroup size {:?}; the contract says compute, [{WORKGROUP_SIZE}, 1, 1]",
-            sp.entry, ep.stage, ep.workgroup_size
+            "{name}: entry `{}` is {:?} with workgroup size {:?}; the table says compute, [{}, 1, 1]",
+            sp.entry, ep.stage, ep.workgroup_size, sp.workgroup
         ));
     }
     Ok((module, info))

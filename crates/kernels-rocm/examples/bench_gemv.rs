@@ -174,14 +174,23 @@ struct Row {
 /// about 3 s of this load (nvidia-smi every 200 ms, session 12: docs/VULKAN.md); the 4-bit
 /// kernels, which issue more instructions a byte than the 8-bit ones, were timed on that
 /// ramp after a fixed 1500 ms (int4-row 20 to 38 us from call to call).
+///
+/// Each round is one submission of about 50 ms of back-to-back dispatches
+/// (`time_gemv_span`). Rounds of 100 timestamped dispatches, each preceded by the host's
+/// ordinary call per weight copy, kept the GPU busy less than half the time, and the driver
+/// then held the SM clock at 1300-1635 MHz through the whole run (session 13, nvidia-smi
+/// every 250 ms; int4-row 26.4 us against 19.1 through wgpu in the same call).
 fn warm_up(b: &VulkanBackend, refs: &[&DeviceTensor], x: &[f32], s: usize, opts: &Opts) {
     let start = std::time::Instant::now();
     let mut last: Option<(std::time::Instant, f64)> = None;
+    let mut reps = opts.reps.max(100);
     loop {
-        let t = median(
-            b.time_gemv(refs, x, s, opts.reps.max(100))
-                .unwrap_or_else(|e| fail(e)),
-        );
+        let t = b
+            .time_gemv_span(refs, x, s, reps)
+            .unwrap_or_else(|e| fail(e));
+        if t > 0.0 {
+            reps = ((0.05 / t) as usize).clamp(100, 20_000);
+        }
         let now = std::time::Instant::now();
         let ms = start.elapsed().as_millis();
         match last {

@@ -83,7 +83,8 @@ mod tests {
     }
 
     /// A row exists exactly for the formats with a kernel, and every row's every S has
-    /// both SPIR-V variants (compiled or carrying the build's error).
+    /// both SPIR-V variants (compiled or carrying the build's error), built with the
+    /// table's workgroup size.
     #[test]
     fn rows_match_the_kernel_table_and_the_modules() {
         for f in Format::all() {
@@ -98,7 +99,11 @@ mod tests {
             for s in c.constraint.s_min..=c.constraint.s_max {
                 for sg in [false, true] {
                     match module_for(c.format, sg, s, 0) {
-                        Ok(m) => assert_eq!(m.s, s),
+                        Ok(m) => {
+                            assert_eq!(m.s, s);
+                            let k = kernels_metal::kernels::kernel_for(c.format).unwrap();
+                            assert_eq!(m.workgroup, k.workgroup_size(s), "{}", m.name);
+                        }
                         Err(crate::VulkanError::Shader { .. }) => {}
                         Err(e) => panic!("{} S={s} subgroup={sg}: {e}", c.format),
                     }

@@ -252,9 +252,7 @@ impl VulkanBackend {
                 ),
             });
         }
-        let p = self
-            .ctx
-            .pipeline(m.name, m.bytes(), m.entry, table::WORKGROUP_SIZE)?;
+        let p = self.ctx.pipeline(m.name, m.bytes(), m.entry, m.workgroup)?;
         Ok((p, m))
     }
 

@@ -17,6 +17,8 @@ pub struct ModuleEntry {
     pub s: usize,
     /// Rows one workgroup owns (the `ROWS` override).
     pub rows: u32,
+    /// Invocations a workgroup (the `WG` override).
+    pub workgroup: u32,
     offset: usize,
     len: usize,
     /// The build's error where the file did not compile (the format is then refused).
