@@ -61,9 +61,10 @@ pub struct Options {
     pub adapter: Option<String>,
     pub subgroups: SubgroupPolicy,
     pub wave: WavePolicy,
-    /// Enable robustBufferAccess (and VK_EXT_robustness2's robustBufferAccess2 where
-    /// offered) on the device, as wgpu 30 always does: a diagnostic for the wgpu tier's
-    /// gap on the same kernels (`TESSERA_VK_ROBUST=1`; docs/VULKAN.md). Off by default.
+    /// Also enable VK_EXT_robustness2's robustBufferAccess2 where offered, as wgpu 30 does
+    /// (`TESSERA_VK_ROBUST=1`; docs/VULKAN.md). Off by default. robustBufferAccess itself
+    /// is always on: the kernels' storage-buffer accesses are unchecked in the SPIR-V and
+    /// rely on it (build/shaders.rs `bounds`), and a device without it is unavailable.
     pub robust_buffer_access: bool,
     /// Ask the driver for each pipeline's statistics (register count and the like) through
     /// VK_KHR_pipeline_executable_properties where the device offers it
@@ -686,7 +687,19 @@ impl Context {
         if pipeline_statistics {
             dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
         }
-        // wgpu's robustness, on request only (Options::robust_buffer_access).
+        // robustBufferAccess is what keeps the kernels' unchecked buffer accesses in their
+        // bindings (build/shaders.rs `bounds`): required. robustness2, wgpu's extra, on
+        // request only (Options::robust_buffer_access).
+        // SAFETY: the physical device comes from this instance.
+        let offered = unsafe { instance.get_physical_device_features(c.physical) };
+        if offered.robust_buffer_access != vk::TRUE {
+            return Err(VulkanError::Unavailable {
+                why: format!(
+                    "{} lacks robustBufferAccess, which the kernels' unchecked storage-buffer accesses rely on",
+                    c.name
+                ),
+            });
+        }
         let robust2_ext =
             options.robust_buffer_access && c.has_extension(ash::ext::robustness2::NAME);
         if robust2_ext {
@@ -700,8 +713,7 @@ impl Context {
         }
         let mut enable_r2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default()
             .robust_buffer_access2(r2.robust_buffer_access2 == vk::TRUE);
-        let core = vk::PhysicalDeviceFeatures::default()
-            .robust_buffer_access(options.robust_buffer_access);
+        let core = vk::PhysicalDeviceFeatures::default().robust_buffer_access(true);
         let mut enable = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
             .subgroup_size_control(control)
             .compute_full_subgroups(full);
