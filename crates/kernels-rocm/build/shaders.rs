@@ -300,18 +300,28 @@ pub fn resolve(src: &Source, sp: &Specialisation) -> Result<(Module, ModuleInfo)
     Ok((module, info))
 }
 
-/// Indices into arrays of fixed size are clamped into range (`Restrict`). Storage-buffer
-/// accesses are left to the device (`Unchecked`): kernels-rocm opens every device with
-/// robustBufferAccess, so an access past a binding reads values from within the buffer or
-/// zero and a write past it is discarded or lands in the buffer; a kernel bug then still
-/// cannot touch other memory and fails the conformance suite instead (wgpu 30 compiles the
-/// same way on devices with robustBufferAccess2). The clamps cost the scalar-load kernels:
-/// on the H200, int4-g64 18.6 against 19.7 us, mq4-g256-v2 18.6-19.3 against 20.4 at S = 1
-/// (docs/VULKAN.md, "Session 13").
-fn bounds() -> BoundsCheckPolicies {
+/// The SPIR-V's checks. Indices into arrays of fixed size are clamped into range
+/// (`Restrict`). Storage-buffer accesses are left to the device (`Unchecked`): kernels-rocm
+/// opens every device with robustBufferAccess, so an access past a binding reads values
+/// from within the buffer or zero and a write past it is discarded or lands in the buffer;
+/// a kernel bug then still cannot touch other memory and fails the conformance suite
+/// instead (wgpu 30 compiles the same way on devices with robustBufferAccess2). The clamps
+/// cost the scalar-load kernels: on the H200, int4-g64 18.6 against 19.7 us, mq4-g256-v2
+/// 18.6-19.3 against 20.4 at S = 1 (docs/VULKAN.md, "Session 13").
+fn spirv_bounds() -> BoundsCheckPolicies {
     BoundsCheckPolicies {
         index: BoundsCheckPolicy::Restrict,
         buffer: BoundsCheckPolicy::Unchecked,
+        ..Default::default()
+    }
+}
+
+/// The MSL and HLSL snapshots' checks: index and buffer accesses clamped into range
+/// (`Restrict`), as no device robustness is assumed there.
+fn bounds() -> BoundsCheckPolicies {
+    BoundsCheckPolicies {
+        index: BoundsCheckPolicy::Restrict,
+        buffer: BoundsCheckPolicy::Restrict,
         ..Default::default()
     }
 }
@@ -342,7 +352,7 @@ pub fn spirv(module: &Module, info: &ModuleInfo, entry: &str) -> Result<Vec<u32>
         // which would make the build script and xtask disagree.
         flags: spv::WriterFlags::empty(),
         fake_missing_bindings: false,
-        bounds_check_policies: bounds(),
+        bounds_check_policies: spirv_bounds(),
         // Every loop is bounded by the push constants; naga's loop counters cost a
         // register pair and a branch per iteration.
         force_loop_bounding: false,
