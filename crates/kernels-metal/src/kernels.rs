@@ -219,16 +219,20 @@ impl KernelSpec {
                 || (rows == MAX_ROWS && self.batch_tiled()))
     }
 
+    /// The value of the format constant `name` (`BITS`, `GS`, ...), if the kernel has it.
+    fn constant(&self, name: &str) -> Option<f64> {
+        self.constants.iter().find(|c| c.0 == name).map(|c| c.1)
+    }
+
     /// Whether the kernel has the S > 1 path that owns [`MAX_ROWS`] rows a workgroup and
     /// reads each activation vector once for all of them (WGSL `fastb()`: gemv_int_row
     /// BITS 8 and 4, gemv_int_group with GS a multiple of 32, gemv_fp8, gemv_affine256).
     /// The shaders take it when S > 1 and ROWS = 4; keep this in step with their `fastb()`.
     pub fn batch_tiled(&self) -> bool {
-        let constant = |name: &str| self.constants.iter().find(|c| c.0 == name).map(|c| c.1);
         if self.file == INT_ROW.0 {
-            constant("BITS").is_some_and(|b| b == 8.0 || b == 4.0)
+            self.constant("BITS").is_some_and(|b| b == 8.0 || b == 4.0)
         } else if self.file == INT_GROUP.0 {
-            constant("GS").is_some_and(|g| g % 32.0 == 0.0)
+            self.constant("GS").is_some_and(|g| g % 32.0 == 0.0)
         } else {
             self.file == FP8.0 || self.file == AFFINE.0
         }
@@ -259,11 +263,10 @@ impl KernelSpec {
     /// gemv_affine256), i.e. serves the formats of [`INT8_X_FORMATS`] (a unit test holds
     /// the two together).
     pub fn packs_int8_x(&self) -> bool {
-        let constant = |name: &str| self.constants.iter().find(|c| c.0 == name).map(|c| c.1);
         if self.file == INT_ROW.0 {
-            constant("BITS").is_some_and(|b| b == 4.0)
+            self.constant("BITS").is_some_and(|b| b == 4.0)
         } else if self.file == INT_GROUP.0 {
-            constant("GS").is_some_and(|g| g % 32.0 == 0.0)
+            self.constant("GS").is_some_and(|g| g % 32.0 == 0.0)
         } else {
             self.file == AFFINE.0
         }
