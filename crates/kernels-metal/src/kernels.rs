@@ -32,11 +32,11 @@ use std::borrow::Cow;
 /// Invocations of one workgroup (every pipeline but those of [`NARROW_WORKGROUP_SIZE`]).
 pub const WORKGROUP_SIZE: u32 = 128;
 /// Invocations of one workgroup of the S = 1 kernels with a packed-activation path
-/// ([`KernelSpec::packs_int8_x`]). Their 4-row workgroups hold 72-80 registers an invocation
-/// on the H200, so at 128 invocations only 7 share an SM and the 1536 workgroups of
-/// [6144 x 16384] run in 1.7 waves; at 64, 14 share one and the grid fits in one wave
-/// (int4-g64 21.1 -> 18.7 us through wgpu, docs/VULKAN.md "Session 13"). The 8-bit kernels
-/// lost at 64 (int8-row 31.0 -> 32.1 us) and keep 128.
+/// ([`KernelSpec::packs_int8_x`]). Their 4-row workgroups hold 71-80 registers an invocation
+/// on the H200, so at 128 invocations 6-7 share an SM and the 1536 workgroups of
+/// [6144 x 16384] run in 1.7-1.9 waves; at 64, 12-14 share one and the grid fits in one
+/// wave (int4-g64 64% -> 72% of the copy ceiling through wgpu, docs/VULKAN.md "Session
+/// 13"). The 8-bit kernels lost at 64 (int8-row 77% -> 75%) and keep 128.
 pub const NARROW_WORKGROUP_SIZE: u32 = 64;
 /// Largest batch a kernel computes (the accumulators are sized for it).
 pub const MAX_S: usize = 16;
@@ -259,9 +259,10 @@ impl KernelSpec {
     }
 
     /// Whether the kernel has the S = 1 path on packed int8 activations (WGSL
-    /// `partial1_i8`: gemv_int_row BITS 4, gemv_int_group with GS a multiple of 32,
-    /// gemv_affine256), i.e. serves the formats of [`INT8_X_FORMATS`] (a unit test holds
-    /// the two together).
+    /// `partial1_i8`): gemv_int_row BITS 4, gemv_int_group with GS a multiple of 32 (one
+    /// 32-weight block never straddles two groups), gemv_affine256 (a 32-weight block lies
+    /// in one half-block; s sum q x + z sum x, sum x from the header's plane sums). The one
+    /// place that says which formats take [`int8_activations`].
     pub fn packs_int8_x(&self) -> bool {
         if self.file == INT_ROW.0 {
             self.constant("BITS").is_some_and(|b| b == 4.0)
@@ -411,32 +412,14 @@ pub fn x_stride(cols: usize) -> Option<usize> {
 /// and a header ([`pack_int8_activations`]).
 pub const INT8_X_VEC4S_PER_BLOCK: usize = 7;
 
-/// The formats whose S = 1 kernel can take packed int8 activations: int4-row
-/// (gemv_int_row), the int4-g* formats whose group is a multiple of 32 (gemv_int_group's
-/// S = 1 path; one 32-weight block never straddles two groups) and the 136-byte affine
-/// formats (gemv_affine256: a 32-weight block lies in one half-block; s sum q x + z sum x,
-/// sum x from the header's plane sums).
-pub const INT8_X_FORMATS: [Format; 11] = [
-    Format::Int4Row,
-    Format::Int4G32,
-    Format::Int4G64,
-    Format::Int4G96,
-    Format::Int4G128,
-    Format::Int4G192,
-    Format::Int4G256,
-    Format::Hfq4G256,
-    Format::Mq4G256,
-    Format::Mq4G256V2,
-    Format::Mq4cG256,
-];
-
 /// Whether the kernel of `format` at batch `s` can take packed int8 activations
 /// ([`pack_int8_activations_as`], appended to x, with `Params::reserved0` = the layout,
-/// [`int8_x_layout`]): the
-/// [`INT8_X_FORMATS`] at S = 1, where `partial1_i8` replaces 3-4 float operations a weight
-/// by one quarter of a packed 4 x 8-bit dot product per plane (`dot4I8Packed`).
+/// [`int8_x_layout`]): at S = 1 where [`KernelSpec::packs_int8_x`] (int4-row, the int4-g*
+/// formats whose group is a multiple of 32, the 136-byte affine formats), where
+/// `partial1_i8` replaces 3-4 float operations a weight by one quarter of a packed 4 x 8-bit
+/// dot product per plane (`dot4I8Packed`).
 pub fn int8_activations(format: Format, s: usize) -> bool {
-    s == 1 && INT8_X_FORMATS.contains(&format)
+    s == 1 && kernel_for(format).is_some_and(|k| k.packs_int8_x())
 }
 
 /// The bits of the f32 1.5 * 2^23: an integer |v| < 2^22 added to them gives the f32
@@ -853,7 +836,11 @@ mod tests {
         assert!(!int8_activations(Format::Int4Row, 2));
         assert!(!int8_activations(Format::Int8Row, 1));
         assert!(int8_activations(Format::Int4G64, 1));
-        for f in INT8_X_FORMATS {
+        assert!(int8_activations(Format::Mq4G256V2, 1));
+        assert!(int8_activations(Format::Hfq4G256, 1));
+        assert!(!int8_activations(Format::Fp8E4m3B128, 1));
+        assert!(!int8_activations(Format::Int2Row, 1));
+        for f in Format::all().filter(|&f| int8_activations(f, 1)) {
             let k = kernel_for(f).unwrap();
             let gs = k
                 .constants
@@ -880,7 +867,6 @@ mod tests {
         assert_eq!(NARROW_WORKGROUP_SIZE % 16, 0);
         for f in Format::all() {
             let Some(k) = kernel_for(f) else { continue };
-            assert_eq!(k.packs_int8_x(), INT8_X_FORMATS.contains(&f), "{f}");
             for s in 1..=MAX_S {
                 let wg = k.workgroup_size(s);
                 let want = if int8_activations(f, s) {

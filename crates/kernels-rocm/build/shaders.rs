@@ -306,8 +306,8 @@ pub fn resolve(src: &Source, sp: &Specialisation) -> Result<(Module, ModuleInfo)
 /// from within the buffer or zero and a write past it is discarded or lands in the buffer;
 /// a kernel bug then still cannot touch other memory and fails the conformance suite
 /// instead (wgpu 30 compiles the same way on devices with robustBufferAccess2). The clamps
-/// cost the scalar-load kernels: on the H200, int4-g64 18.6 against 19.7 us, mq4-g256-v2
-/// 18.6-19.3 against 20.4 at S = 1 (docs/VULKAN.md, "Session 13").
+/// cost the scalar-load kernels: on the H200 at S = 1, int4-g64 68% of the copy ceiling
+/// with them and 72% without, mq4-g256-v2 62% and 66-68% (docs/VULKAN.md, "Session 13").
 fn spirv_bounds() -> BoundsCheckPolicies {
     BoundsCheckPolicies {
         index: BoundsCheckPolicy::Restrict,

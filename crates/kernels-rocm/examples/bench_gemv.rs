@@ -46,9 +46,10 @@ struct Opts {
     copy_mb: u64,
     rotate_mb: usize,
     /// Sustained timing runs of the kernel under test, discarded, before it is timed: at
-    /// least this long (default 1500 ms), then until the times settle (`warm_up`): the H200 drops its SM clock to 345 MHz about 2 s after the GPU
-    /// goes idle (the host encodes each format's weights meanwhile); with 300 ms the first
-    /// kernel after such a gap was sometimes timed at that clock, 4-5x slow (docs/VULKAN.md).
+    /// least this long (default 1500 ms), then until the times settle (`warm_up`). The H200
+    /// drops its SM clock to 345 MHz about 2 s after the GPU goes idle (the host encodes each
+    /// format's weights meanwhile); with 300 ms the first kernel after such a gap was
+    /// sometimes timed at that clock, 4-5x slow (docs/VULKAN.md).
     warm_ms: u64,
     /// `--default-only`: time only the path a user gets (packed int8 x where it applies),
     /// not the f32 path beside it.

@@ -64,8 +64,8 @@ pub struct Options {
     /// Also enable VK_EXT_robustness2's robustBufferAccess2 where offered, as wgpu 30 does
     /// (`TESSERA_VK_ROBUST=1`; docs/VULKAN.md). Off by default. robustBufferAccess itself
     /// is always on: the kernels' storage-buffer accesses are unchecked in the SPIR-V and
-    /// rely on it (build/shaders.rs `bounds`), and a device without it is unavailable.
-    pub robust_buffer_access: bool,
+    /// rely on it (build/shaders.rs `spirv_bounds`), and a device without it is unavailable.
+    pub robust_buffer_access2: bool,
     /// Ask the driver for each pipeline's statistics (register count and the like) through
     /// VK_KHR_pipeline_executable_properties where the device offers it
     /// (`TESSERA_VK_PIPELINE_STATS=1`; [`Context::pipeline_statistics`]). Off by default.
@@ -78,7 +78,7 @@ impl Default for Options {
             adapter: None,
             subgroups: SubgroupPolicy::Auto,
             wave: WavePolicy::Auto,
-            robust_buffer_access: false,
+            robust_buffer_access2: false,
             pipeline_statistics: false,
         }
     }
@@ -87,7 +87,7 @@ impl Default for Options {
 impl Options {
     /// `TESSERA_VK_ADAPTER` (substring), `TESSERA_VK_SUBGROUPS` (`0`/`off` or `auto`),
     /// `TESSERA_VK_WAVE` (`auto`, `default`, or a size such as `32` / `64`),
-    /// `TESSERA_VK_ROBUST` (`1`: [`Options::robust_buffer_access`]),
+    /// `TESSERA_VK_ROBUST` (`1`: [`Options::robust_buffer_access2`]),
     /// `TESSERA_VK_PIPELINE_STATS` (`1`: [`Options::pipeline_statistics`]).
     pub fn from_env() -> Result<Options, VulkanError> {
         let mut o = Options::default();
@@ -113,7 +113,7 @@ impl Options {
                 n => WavePolicy::Size(n.parse().map_err(|_| bad("TESSERA_VK_WAVE", n))?),
             };
         }
-        o.robust_buffer_access = std::env::var("TESSERA_VK_ROBUST").as_deref() == Ok("1");
+        o.robust_buffer_access2 = std::env::var("TESSERA_VK_ROBUST").as_deref() == Ok("1");
         o.pipeline_statistics = std::env::var("TESSERA_VK_PIPELINE_STATS").as_deref() == Ok("1");
         Ok(o)
     }
@@ -688,8 +688,8 @@ impl Context {
             dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
         }
         // robustBufferAccess is what keeps the kernels' unchecked buffer accesses in their
-        // bindings (build/shaders.rs `bounds`): required. robustness2, wgpu's extra, on
-        // request only (Options::robust_buffer_access).
+        // bindings (build/shaders.rs `spirv_bounds`): required. robustness2, wgpu's extra, on
+        // request only (Options::robust_buffer_access2).
         // SAFETY: the physical device comes from this instance.
         let offered = unsafe { instance.get_physical_device_features(c.physical) };
         if offered.robust_buffer_access != vk::TRUE {
@@ -701,7 +701,7 @@ impl Context {
             });
         }
         let robust2_ext =
-            options.robust_buffer_access && c.has_extension(ash::ext::robustness2::NAME);
+            options.robust_buffer_access2 && c.has_extension(ash::ext::robustness2::NAME);
         if robust2_ext {
             dev_exts.push(ash::ext::robustness2::NAME.as_ptr());
         }

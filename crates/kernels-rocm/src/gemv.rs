@@ -40,7 +40,7 @@ pub enum Mutation {
 /// The Vulkan tier: one device, its pipelines, and GEMV on uploaded tensors.
 pub struct VulkanBackend {
     ctx: Context,
-    /// Whether the int4 and affine256 formats at S = 1 (`kernels::INT8_X_FORMATS`) take
+    /// Whether the int4 and affine256 formats at S = 1 (`kernels::int8_activations`) take
     /// packed int8 activations where the device has integer dot products
     /// ([`VulkanBackend::set_int8_activations`]).
     int8_x: bool,
