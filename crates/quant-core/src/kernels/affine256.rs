@@ -24,7 +24,7 @@
 
 use super::NIBBLE_CHUNK;
 use super::int4::{CHUNK_BYTES, nib_chunk_portable};
-use super::{Activations, Layout, Micro, RowKernel, SimdLevel, drive};
+use super::{Activations, Layout, Micro, RowKernel, SimdLevel, drive, prefetch};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 use half::f16;
@@ -201,7 +201,11 @@ unsafe fn affine_avx512<const R: usize, const T: usize>(
     let spans = m.header.spans();
     let cps = BLOCK_CHUNKS / spans;
     let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let ahead = prefetch::per_stream(R);
     for j in 0..m.blocks {
+        for r in 0..R {
+            prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
+        }
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {
@@ -240,7 +244,11 @@ unsafe fn affine_avx2<const R: usize, const T: usize>(
     let spans = m.header.spans();
     let cps = BLOCK_CHUNKS / spans;
     let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
+    let ahead = prefetch::per_stream(R);
     for j in 0..m.blocks {
+        for r in 0..R {
+            prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
+        }
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {

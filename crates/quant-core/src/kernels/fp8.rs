@@ -24,6 +24,12 @@
 //! With a single bf16 term that decode is the opt-in fast path's fp8 kernel
 //! (`int8act/fp8_bf16.rs`, [`super::KernelPath::Int8Activations`]): 2.3x this kernel in
 //! cache, at the int8 path's declared tolerance instead of this path's 1e-5.
+//!
+//! No software prefetch ([`super::prefetch`]), unlike the other fused kernels: this kernel
+//! is bound by its arithmetic (11.6 GB/s a thread in L2 on the Intel VM of 2026-12-06, where
+//! two threads read 26 GB/s), and the prefetch requests took issue slots from it: `read-pair`
+//! with 4096 bytes ahead against none, alternated twice, 49-51% of the read against 55-61%
+//! on the 4096-column shapes, 61-63% against 64% on [6144 x 16384].
 
 // Register-blocked micro-kernels index several parallel [R][T] arrays with the same row and
 // activation indices; iterator chains would hide that shape.

@@ -23,7 +23,9 @@
 // activation indices; iterator chains would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Activations, Layout, Micro, NIBBLE_CHUNK, RowKernel, SimdLevel, drive, tail_chunk};
+use super::{
+    Activations, Layout, Micro, NIBBLE_CHUNK, RowKernel, SimdLevel, drive, prefetch, tail_chunk,
+};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -213,9 +215,13 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     let mut tot = [[_mm512_setzero_ps(); T]; R];
+    let ahead = prefetch::per_stream(R);
     if m.gs == 0 {
         // One scale a row: accumulate straight into the totals.
         for c in 0..m.full {
+            for r in 0..R {
+                prefetch::lines(rows[r], c * CHUNK_BYTES, CHUNK_BYTES, ahead);
+            }
             // SAFETY: c < full: 64 bytes from 64c lie inside each row.
             let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
             // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
@@ -244,6 +250,9 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     for c in 0..m.nch {
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         if c < m.full {
+            for r in 0..R {
+                prefetch::lines(rows[r], c * CHUNK_BYTES, CHUNK_BYTES, ahead);
+            }
             // SAFETY: c < full: 64 bytes from 64c lie inside each row.
             let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
             // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
@@ -329,10 +338,12 @@ unsafe fn int4_avx2<const R: usize, const T: usize>(
     let (one, off) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-8.0));
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
+    let ahead = prefetch::per_stream(R);
     // Chunk c of every row: in place when whole, else zero-padded into `bufs`.
     let chunk = |c: usize, bufs: &mut [[u8; CHUNK_BYTES]; R]| -> [*const u8; R] {
         std::array::from_fn(|r| {
             if c < m.full {
+                prefetch::lines(rows[r], c * CHUNK_BYTES, CHUNK_BYTES, ahead);
                 // SAFETY: c < full: 64 bytes from 64c lie inside the row.
                 unsafe { rows[r].add(c * CHUNK_BYTES) }
             } else {

@@ -9,7 +9,9 @@
 // activation indices; iterator chains would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Activations, Layout, Micro, PLAIN_CHUNK, RowKernel, SimdLevel, drive, tail_chunk};
+use super::{
+    Activations, Layout, Micro, PLAIN_CHUNK, RowKernel, SimdLevel, drive, prefetch, tail_chunk,
+};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -111,7 +113,11 @@ unsafe fn int8_avx512<const R: usize, const T: usize>(
     let s = m.a.s;
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let ahead = prefetch::per_stream(R);
     for c in 0..m.full {
+        for r in 0..R {
+            prefetch::lines(m.t.row(o + r).as_ptr(), c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
+        }
         // SAFETY: c < full, so the 64 bytes from 64c lie inside each row.
         let ptrs: [*const u8; R] =
             std::array::from_fn(|r| unsafe { m.t.row(o + r).as_ptr().add(c * PLAIN_CHUNK) });
@@ -176,7 +182,11 @@ unsafe fn int8_avx2<const R: usize, const T: usize>(
     let s = m.a.s;
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let ahead = prefetch::per_stream(R);
     for c in 0..m.full {
+        for r in 0..R {
+            prefetch::lines(m.t.row(o + r).as_ptr(), c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
+        }
         // SAFETY: c < full, so the 64 bytes from 64c lie inside each row.
         let ptrs: [*const u8; R] =
             std::array::from_fn(|r| unsafe { m.t.row(o + r).as_ptr().add(c * PLAIN_CHUNK) });

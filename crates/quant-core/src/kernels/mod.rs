@@ -24,6 +24,7 @@ pub mod ggml;
 pub mod int4;
 pub mod int8_row;
 pub mod int8act;
+pub mod prefetch;
 pub mod simd;
 #[cfg(test)]
 mod tests;

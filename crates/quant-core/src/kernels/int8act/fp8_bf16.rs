@@ -37,6 +37,7 @@
 
 use super::super::SimdLevel;
 use super::super::fp8::{e4m3_decode, ue8m0_decode};
+use super::super::prefetch;
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::registry::ScaleEncoding;
@@ -285,7 +286,9 @@ unsafe fn fp8_row<const T: usize>(
         let mut acc = [[_mm512_setzero_ps(); 2]; T];
         // Written as one flat loop (no closure: a closure's body does not take this
         // function's target features, and its intrinsics then do not inline).
+        let ahead = prefetch::per_stream(1);
         for c in 0..nch {
+            prefetch::lines(row.as_ptr(), CHUNK * c, CHUNK, ahead);
             let v = if c < full {
                 _mm512_loadu_si512(row.as_ptr().add(CHUNK * c).cast())
             } else {
@@ -336,11 +339,13 @@ unsafe fn fp8_rows4(rows: [&[u8]; 4], sc: &[f32], a: &QActs, tabs: &[[u8; 128]; 
         let nch = cols.div_ceil(CHUNK);
         let mut total = [_mm512_setzero_ps(); 4];
         let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+        let ahead = prefetch::per_stream(4);
         for c in 0..nch {
             let xa: __m512bh = std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c).cast()));
             let xb: __m512bh =
                 std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c + 32).cast()));
             for r in 0..4 {
+                prefetch::lines(rows[r].as_ptr(), CHUNK * c, CHUNK, ahead);
                 let v = if c < full {
                     _mm512_loadu_si512(rows[r].as_ptr().add(CHUNK * c).cast())
                 } else {

@@ -25,6 +25,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::super::SimdLevel;
+use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
@@ -127,8 +128,10 @@ impl QBody for Int8Body<'_, '_> {
         // padded past `blocks * 32` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
+        let ahead = prefetch::per_stream(R);
         for j in 0..self.full {
             for r in 0..R {
+                prefetch::lines(rows[r], 32 * j, 32, ahead);
                 // SAFETY: see above.
                 w[r] = unsafe { rows[r].add(32 * j) };
             }
@@ -412,9 +415,15 @@ impl Int4Body<'_, '_> {
                 srow[r] = unsafe { scales.add(4 * (o + r) * self.ng) };
             }
         }
+        let ahead = prefetch::per_stream(R);
         for j in 0..quads {
+            for r in 0..R {
+                prefetch::lines(rows[r], 128 * j, 128, ahead);
+            }
             if g64 && j < whole {
                 for r in 0..R {
+                    // A row's scales are an eighth of its weight bytes: their own stream.
+                    prefetch::lines(srow[r], 16 * j, 16, ahead / 8);
                     // SAFETY: quad j < whole lies in each row and its groups 4j..4j+4 in
                     // the row's scales (a whole quad is 256 weights of the row).
                     unsafe {
@@ -509,8 +518,10 @@ impl Int4Body<'_, '_> {
         // padded past `chunks * 64` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
+        let ahead = prefetch::per_stream(R);
         for c in 0..self.full {
             for r in 0..R {
+                prefetch::lines(rows[r], 32 * c, 32, ahead);
                 // SAFETY: see above.
                 w[r] = unsafe { rows[r].add(32 * c) };
             }
@@ -722,8 +733,10 @@ impl QBody for AffineBody<'_, '_> {
             let mut zacc = [[Q::fzero(); T]; R];
             let mut blk = [std::ptr::null::<u8>(); R];
             let (mut sv, mut zv) = ([Q::fzero(); R], [Q::fzero(); R]);
+            let ahead = prefetch::per_stream(R);
             for j in 0..self.blocks {
                 for r in 0..R {
+                    prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
                     let h = rows[r].add(j * BLOCK_BYTES);
                     blk[r] = h.add(HEADER_BYTES);
                     let hv = match self.header {

@@ -99,7 +99,9 @@ unsafe fn int8_row(row: &[u8], cols: usize, a: &QActs) -> f32 {
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), step, *acc);
         }
     };
+    let ahead = super::super::prefetch::per_stream(1);
     for c in 0..full {
+        super::super::prefetch::lines(row.as_ptr(), CHUNK * c, CHUNK, ahead);
         // SAFETY: c < full: 64 bytes from 64c lie inside the row.
         let v = unsafe { _mm512_loadu_si512(row.as_ptr().add(CHUNK * c).cast()) };
         chunk(c, v, &mut acc[c % 4]);
