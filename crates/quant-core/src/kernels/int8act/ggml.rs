@@ -35,6 +35,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::super::SimdLevel;
+use super::super::prefetch;
 use super::super::vector::QVec;
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::tensor::QTensor;
@@ -183,8 +184,10 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
             neg: zero,
         }; T]; R];
         let mut blk = [std::ptr::null::<u8>(); R];
+        let ahead = prefetch::per_stream(R);
         for j in 0..self.units {
             for r in 0..R {
+                prefetch::lines(rows[r], j * B::BB, B::BB, ahead);
                 // SAFETY: see above.
                 blk[r] = unsafe { rows[r].add(j * B::BB) };
             }
