@@ -25,7 +25,7 @@ const INTEL_TOTAL: usize = 4096;
 const LINE: usize = 64;
 
 /// The total prefetch distance in bytes for this process: `TESSERA_PREFETCH` if set and a
-/// number, else [`INTEL_TOTAL`] on Intel CPUs and 0 elsewhere. Cached.
+/// number, else 4096 on Intel CPUs and 0 elsewhere. Cached.
 pub fn total() -> usize {
     static TOTAL: OnceLock<usize> = OnceLock::new();
     *TOTAL.get_or_init(|| {
