@@ -9,9 +9,22 @@
 // A work item is 4 payload words of a block (words pp, pp + 8, pp + 16, pp + 24, pp < 8),
 // so 8 neighbouring invocations read 8 neighbouring words; each invocation takes items
 // j = lid, lid + WG, ... (block j / 8) of the ROWS rows.
+// The host splits the blocks at upload (kernels::weight_binding): `wq` holds every block's
+// 128 payload bytes back to back, so each block's payload starts on a 16-byte boundary, and
+// `sc` every block's 8-byte header. p.row_bytes stays the stored row (136 bytes a block).
 
 // ---- family: gemv_affine256 ----
 override HDR: u32 = 0u;
+
+// Payload word k (0..32) of block b of `row`, nb blocks a row.
+fn pword(row: u32, nb: u32, b: u32, k: u32) -> u32 {
+    return word((row * nb + b) * 32u + k);
+}
+
+// Header word k (0..2) of block b of `row`.
+fn hword(row: u32, nb: u32, b: u32, k: u32) -> u32 {
+    return sc[(row * nb + b) * 2u + k];
+}
 
 // Any S (the tail takes `partial1` instead where `fast1()`).
 fn partial(row0: u32, lid: u32) {
@@ -24,11 +37,10 @@ fn partial(row0: u32, lid: u32) {
         var h: array<vec2<u32>, 4>;
         for (var r = 0u; r < ROWS; r++) {
             if (row0 + r < p.o) {
-                // Rows and blocks start on multiples of 8 bytes: whole words.
-                let bw = ((row0 + r) * rb + 136u * b) / 4u;
-                let hw = ((row0 + r) * rb + 136u * group(b, nb)) / 4u;
-                v[r] = vec4<u32>(word(bw + 2u + pp), word(bw + 10u + pp), word(bw + 18u + pp), word(bw + 26u + pp));
-                h[r] = vec2<u32>(word(hw), word(hw + 1u));
+                let row = row0 + r;
+                let gb = group(b, nb);
+                v[r] = vec4<u32>(pword(row, nb, b, pp), pword(row, nb, b, 8u + pp), pword(row, nb, b, 16u + pp), pword(row, nb, b, 24u + pp));
+                h[r] = vec2<u32>(hword(row, nb, gb, 0u), hword(row, nb, gb, 1u));
             }
         }
         let i0 = 256u * b + 8u * pp;
@@ -72,13 +84,13 @@ fn fast1() -> bool {
 
 // Payload word pp + 8 k of block b of `row`, k = 0..3, and the block's 2 header words.
 fn item(row: u32, rb: u32, b: u32, pp: u32) -> vec4<u32> {
-    let bw = (row * rb + 136u * b) / 4u;
-    return vec4<u32>(word(bw + 2u + pp), word(bw + 10u + pp), word(bw + 18u + pp), word(bw + 26u + pp));
+    let nb = rb / 136u;
+    return vec4<u32>(pword(row, nb, b, pp), pword(row, nb, b, 8u + pp), pword(row, nb, b, 16u + pp), pword(row, nb, b, 24u + pp));
 }
 
 fn header(row: u32, rb: u32, b: u32) -> vec2<u32> {
-    let hw = (row * rb + 136u * b) / 4u;
-    return vec2<u32>(word(hw), word(hw + 1u));
+    let nb = rb / 136u;
+    return vec2<u32>(hword(row, nb, b, 0u), hword(row, nb, b, 1u));
 }
 
 // (scale, zero) of weights 0..127 (h = 0) or 128..255 (h = 1) of a block with header hd.
@@ -145,20 +157,19 @@ fn q4a16(w0: u32, w1: u32, xa0: vec4<f32>, xb0: vec4<f32>, xa1: vec4<f32>, xb1: 
 // and the result is sum w x_hat: the same declared bound as int4-row's packed path
 // (docs/VULKAN.md).
 
-// Payload words 4 m .. 4 m + 3 of block b of `row`.
+// Payload words 4 m .. 4 m + 3 of block b of `row`: one aligned 16-byte load.
 fn sub4(row: u32, rb: u32, b: u32, m: u32) -> vec4<u32> {
-    let bw = (row * rb + 136u * b) / 4u + 2u + 4u * m;
-    return vec4<u32>(word(bw), word(bw + 1u), word(bw + 2u), word(bw + 3u));
+    return wq[(row * (rb / 136u) + b) * 8u + m];
 }
 
 // (scale, zero + 8 scale) of half h of block gb of `row`.
 fn sz8(row: u32, rb: u32, gb: u32, h: u32) -> vec2<f32> {
-    let hw = (row * rb + 136u * gb) / 4u;
+    let nb = rb / 136u;
     var hd: vec2<u32>;
     if (HDR == 1u) {
-        hd = vec2<u32>(word(hw + h), 0u);
+        hd = vec2<u32>(hword(row, nb, gb, h), 0u);
     } else {
-        hd = vec2<u32>(word(hw), word(hw + 1u));
+        hd = vec2<u32>(hword(row, nb, gb, 0u), hword(row, nb, gb, 1u));
     }
     var r: vec2<f32>;
     if (HDR == 0u) {

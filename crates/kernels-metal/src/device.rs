@@ -492,15 +492,16 @@ impl WgpuBackend {
         }
     }
 
-    /// Uploads `t`'s weight and scale bytes as they are stored (zero-padded; the fp8 rows'
-    /// NaN flags after the scales, `kernels::scale_binding`).
+    /// Uploads `t`'s weight and scale bytes as the kernels bind them (zero-padded):
+    /// `kernels::weight_binding` and `kernels::scale_binding` (as stored, but for the fp8
+    /// rows' NaN flags after the scales and the affine blocks' headers apart).
     pub fn upload(&self, t: &QTensor<'_>) -> Result<GpuTensor, BackendError> {
         let spec = t.format().spec();
         let (rows, cols) = (t.rows(), t.cols());
         // The byte counts a QTensor carries were checked against the registry when it was
         // built; Params::new checks that they fit the kernels' 32-bit indexing.
         Params::new(t.format(), rows, cols, 1)?;
-        let weights = self.storage_from(t.weights(), "tessera weights")?;
+        let weights = self.storage_from(&kernels::weight_binding(t), "tessera weights")?;
         let binding = kernels::scale_binding(t);
         let scales = if binding.is_empty() {
             self.dummy_scales.clone()

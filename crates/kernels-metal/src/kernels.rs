@@ -542,7 +542,13 @@ pub fn pack_int8_activations_as(x: &[f32], layout: u32) -> Vec<u32> {
 /// bit a row instead of every weight byte (on the H200 the S = 1 kernel on [6144 x 16384]
 /// ran at 66% of the copy ceiling with the per-byte test and 74% without; docs/VULKAN.md,
 /// "Session 12").
+///
+/// For the formats of gemv_affine256.wgsl the binding is instead every block's inline
+/// header, back to back ([`weight_binding`] holds the payloads).
 pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
+    if let Some((header, _)) = affine_split(t.format()) {
+        return Cow::Owned(affine_part(t, 0..header));
+    }
     if kernel_for(t.format()).is_none_or(|k| k.file != FP8.0) {
         return Cow::Borrowed(t.scales());
     }
@@ -557,6 +563,38 @@ pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
     }
     b.extend(words.iter().flat_map(|w| w.to_le_bytes()));
     Cow::Owned(b)
+}
+
+/// The bytes of `t`'s weight binding: its weight bytes as stored, except for the formats of
+/// gemv_affine256.wgsl, whose 136-byte blocks (an 8-byte header, then 128 payload bytes) are
+/// split at upload: the payloads back to back here, the headers in [`scale_binding`]. In the
+/// stored layout half the blocks' payloads start 8 bytes past a 16-byte boundary, so a
+/// kernel cannot read four payload words with one 16-byte load; split, every block's
+/// payload is 16-byte aligned. The bytes moved are the same.
+pub fn weight_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
+    match affine_split(t.format()) {
+        Some((header, block)) => Cow::Owned(affine_part(t, header..block)),
+        None => Cow::Borrowed(t.weights()),
+    }
+}
+
+/// (header bytes, block bytes) of `format`'s blocks where its kernel is gemv_affine256's, from
+/// the registry (a block of 256 4-bit codes after its header).
+fn affine_split(format: Format) -> Option<(usize, usize)> {
+    kernel_for(format).filter(|k| k.file == AFFINE.0)?;
+    let spec = format.spec();
+    let block = spec.block_bytes as usize;
+    Some((block.checked_sub(spec.block_weights as usize / 2)?, block))
+}
+
+/// The bytes `part` of every stored block of `t`, block after block.
+fn affine_part(t: &QTensor<'_>, part: std::ops::Range<usize>) -> Vec<u8> {
+    let block = t.format().spec().block_bytes as usize;
+    t.weights()
+        .chunks_exact(block)
+        .flat_map(|b| &b[part.clone()])
+        .copied()
+        .collect()
 }
 
 /// Bytes a storage buffer holding `len` bytes is given: `len` rounded up to
@@ -752,6 +790,34 @@ mod tests {
         // Other formats bind their sidecar bytes as they are.
         let t = QTensor::new(Format::Int8Row, 2, 4, &[0x7F; 8], &[0; 8], 0).expect("tensor");
         assert!(matches!(scale_binding(&t), Cow::Borrowed(b) if b == t.scales()));
+    }
+
+    #[test]
+    fn affine_blocks_bind_payloads_and_headers_apart_and_back() {
+        let mut seen = 0;
+        for format in Format::all() {
+            let Some((header, block)) = affine_split(format) else {
+                continue;
+            };
+            seen += 1;
+            // 3 rows of 2 blocks, every byte distinct in its position.
+            let (rows, cols) = (3, 512);
+            let w: Vec<u8> = (0..rows * 2 * block).map(|i| (i * 7 + 3) as u8).collect();
+            let t = QTensor::new(format, rows, cols, &w, &[], 0).expect("tensor");
+            let (wb, sb) = (weight_binding(&t), scale_binding(&t));
+            assert_eq!((header, block), (8, 136), "{format}");
+            assert_eq!(wb.len() + sb.len(), w.len(), "{format}: same bytes");
+            // The round trip: block i is its header then its payload.
+            let mut back = Vec::new();
+            for (h, p) in sb.chunks_exact(header).zip(wb.chunks_exact(block - header)) {
+                back.extend_from_slice(h);
+                back.extend_from_slice(p);
+            }
+            assert_eq!(back, w, "{format}");
+        }
+        assert_eq!(seen, 4, "hfq4-g256, mq4-g256, mq4-g256-v2, mq4c-g256");
+        let t = QTensor::new(Format::Int4Row, 2, 8, &[0x12; 8], &[0; 8], 0).expect("tensor");
+        assert!(matches!(weight_binding(&t), Cow::Borrowed(b) if b == t.weights()));
     }
 
     #[test]

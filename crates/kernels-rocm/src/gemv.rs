@@ -276,7 +276,8 @@ impl VulkanBackend {
             Ok(p)
         };
         let binding = table::scale_binding(t);
-        let wlen = padded(t.weights().len(), "weight buffer")?;
+        let weights = table::weight_binding(t);
+        let wlen = padded(weights.len(), "weight buffer")?;
         let slen = padded(binding.len(), "scale buffer")?;
         Ok(DeviceTensor {
             format,
@@ -285,7 +286,7 @@ impl VulkanBackend {
             rotation_seed: t.rotation_seed(),
             weight_bytes: t.weights().len(),
             scale_bytes: t.scales().len(),
-            weights: self.ctx.upload(t.weights(), wlen)?,
+            weights: self.ctx.upload(&weights, wlen)?,
             scales: self.ctx.upload(&binding, slen)?,
             bindings: Mutex::new(HashMap::new()),
         })

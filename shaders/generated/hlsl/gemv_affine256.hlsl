@@ -101,6 +101,7 @@ static const uint WG = 64u;
 static const uint HDR = 0u;
 
 ByteAddressBuffer wq : register(t0);
+ByteAddressBuffer sc : register(t1);
 ByteAddressBuffer xv : register(t2);
 RWByteAddressBuffer y : register(u3);
 ConstantBuffer<Params> p: register(b0);
@@ -314,28 +315,28 @@ XQ xq(uint c_1)
     uint _e3 = p.reserved0_;
     if ((_e3 == 2u)) {
         uint _e8 = p.x_stride;
-        uint nb_1 = (_e8 >> 5u);
+        uint nb_3 = (_e8 >> 5u);
         uint _e13 = p.x_stride;
         uint k0_ = ((_e13 >> 2u) + c_1);
         float4 _e19 = asfloat(xv.Load4(k0_*16));
-        float4 _e24 = asfloat(xv.Load4((k0_ + nb_1)*16));
-        float4 _e31 = asfloat(xv.Load4((k0_ + (2u * nb_1))*16));
-        float4 _e38 = asfloat(xv.Load4((k0_ + (3u * nb_1))*16));
-        float4 _e45 = asfloat(xv.Load4((k0_ + (4u * nb_1))*16));
-        float4 _e52 = asfloat(xv.Load4((k0_ + (5u * nb_1))*16));
-        float4 _e59 = asfloat(xv.Load4((k0_ + (6u * nb_1))*16));
+        float4 _e24 = asfloat(xv.Load4((k0_ + nb_3)*16));
+        float4 _e31 = asfloat(xv.Load4((k0_ + (2u * nb_3))*16));
+        float4 _e38 = asfloat(xv.Load4((k0_ + (3u * nb_3))*16));
+        float4 _e45 = asfloat(xv.Load4((k0_ + (4u * nb_3))*16));
+        float4 _e52 = asfloat(xv.Load4((k0_ + (5u * nb_3))*16));
+        float4 _e59 = asfloat(xv.Load4((k0_ + (6u * nb_3))*16));
         const XQ xq_1 = ConstructXQ(asuint(_e19), asuint(_e24), asuint(_e31), asuint(_e38), asuint(_e45), asuint(_e52), asuint(_e59));
         return xq_1;
     }
     uint _e64 = p.x_stride;
-    uint k_5 = ((_e64 >> 2u) + (7u * c_1));
-    float4 _e72 = asfloat(xv.Load4(k_5*16));
-    float4 _e78 = asfloat(xv.Load4((k_5 + 1u)*16));
-    float4 _e84 = asfloat(xv.Load4((k_5 + 2u)*16));
-    float4 _e90 = asfloat(xv.Load4((k_5 + 3u)*16));
-    float4 _e96 = asfloat(xv.Load4((k_5 + 4u)*16));
-    float4 _e102 = asfloat(xv.Load4((k_5 + 5u)*16));
-    float4 _e108 = asfloat(xv.Load4((k_5 + 6u)*16));
+    uint k_7 = ((_e64 >> 2u) + (7u * c_1));
+    float4 _e72 = asfloat(xv.Load4(k_7*16));
+    float4 _e78 = asfloat(xv.Load4((k_7 + 1u)*16));
+    float4 _e84 = asfloat(xv.Load4((k_7 + 2u)*16));
+    float4 _e90 = asfloat(xv.Load4((k_7 + 3u)*16));
+    float4 _e96 = asfloat(xv.Load4((k_7 + 4u)*16));
+    float4 _e102 = asfloat(xv.Load4((k_7 + 5u)*16));
+    float4 _e108 = asfloat(xv.Load4((k_7 + 6u)*16));
     const XQ xq_2 = ConstructXQ(asuint(_e72), asuint(_e78), asuint(_e84), asuint(_e90), asuint(_e96), asuint(_e102), asuint(_e108));
     return xq_2;
 }
@@ -544,6 +545,18 @@ uint4 rows_b(uint row0_)
     return uint4(row0_, min((row0_ + 1u), last), min((row0_ + 2u), last), min((row0_ + 3u), last));
 }
 
+uint pword(uint row, uint nb, uint b_1, uint k_3)
+{
+    const uint _e9 = word(((((row * nb) + b_1) * 32u) + k_3));
+    return _e9;
+}
+
+uint hword(uint row_1, uint nb_1, uint b_2, uint k_4)
+{
+    uint _e11 = asuint(sc.Load(((((row_1 * nb_1) + b_2) * 2u) + k_4)*4));
+    return _e11;
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / (rhs == 0u ? 1u : rhs);
 }
@@ -569,27 +582,27 @@ void partial(uint row0_1, uint lid_1)
     uint2 h_2[4] = (uint2[4])0;
     uint r_1 = (uint)0;
     uint r_2 = (uint)0;
-    uint k_3 = (uint)0;
+    uint k_5 = (uint)0;
     bool local_3 = (bool)0;
 
     uint rb_6 = p.row_bytes;
-    uint nb_2 = naga_div(rb_6, 136u);
+    uint nb_4 = naga_div(rb_6, 136u);
     j_1 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e179 = j_1;
-            j_1 = (_e179 + WG);
+            uint _e159 = j_1;
+            j_1 = (_e159 + WG);
         }
         loop_init_2 = false;
         uint _e8 = j_1;
-        if ((_e8 < (8u * nb_2))) {
+        if ((_e8 < (8u * nb_4))) {
         } else {
             break;
         }
         {
             uint _e12 = j_1;
-            uint b_5 = naga_div(_e12, 8u);
+            uint b_7 = naga_div(_e12, 8u);
             uint _e15 = j_1;
             uint pp_2 = naga_mod(_e15, 8u);
             v_1 = ZeroValuearray4_uint4_();
@@ -598,8 +611,8 @@ void partial(uint row0_1, uint lid_1)
             bool loop_init_3 = true;
             while(true) {
                 if (!loop_init_3) {
-                    uint _e77 = r_1;
-                    r_1 = (_e77 + 1u);
+                    uint _e57 = r_1;
+                    r_1 = (_e57 + 1u);
                 }
                 loop_init_3 = false;
                 uint _e24 = r_1;
@@ -612,106 +625,104 @@ void partial(uint row0_1, uint lid_1)
                     uint _e31 = p.o;
                     if (((row0_1 + _e27) < _e31)) {
                         uint _e33 = r_1;
-                        uint bw = naga_div((((row0_1 + _e33) * rb_6) + (136u * b_5)), 4u);
-                        uint _e41 = r_1;
-                        const uint _e45 = group(b_5, nb_2);
-                        uint hw = naga_div((((row0_1 + _e41) * rb_6) + (136u * _e45)), 4u);
-                        uint _e50 = r_1;
-                        const uint _e55 = word(((bw + 2u) + pp_2));
-                        const uint _e59 = word(((bw + 10u) + pp_2));
-                        const uint _e63 = word(((bw + 18u) + pp_2));
-                        const uint _e67 = word(((bw + 26u) + pp_2));
-                        v_1[min(uint(_e50), 3u)] = uint4(_e55, _e59, _e63, _e67);
-                        uint _e69 = r_1;
-                        const uint _e71 = word(hw);
-                        const uint _e74 = word((hw + 1u));
-                        h_2[min(uint(_e69), 3u)] = uint2(_e71, _e74);
+                        uint row_7 = (row0_1 + _e33);
+                        const uint _e35 = group(b_7, nb_4);
+                        uint _e36 = r_1;
+                        const uint _e38 = pword(row_7, nb_4, b_7, pp_2);
+                        const uint _e41 = pword(row_7, nb_4, b_7, (8u + pp_2));
+                        const uint _e44 = pword(row_7, nb_4, b_7, (16u + pp_2));
+                        const uint _e47 = pword(row_7, nb_4, b_7, (24u + pp_2));
+                        v_1[min(uint(_e36), 3u)] = uint4(_e38, _e41, _e44, _e47);
+                        uint _e49 = r_1;
+                        const uint _e52 = hword(row_7, nb_4, _e35, 0u);
+                        const uint _e54 = hword(row_7, nb_4, _e35, 1u);
+                        h_2[min(uint(_e49), 3u)] = uint2(_e52, _e54);
                     }
                 }
             }
-            uint i0_ = ((256u * b_5) + (8u * pp_2));
+            uint i0_ = ((256u * b_7) + (8u * pp_2));
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e177 = r_2;
-                    r_2 = (_e177 + 1u);
+                    uint _e157 = r_2;
+                    r_2 = (_e157 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e86 = r_2;
-                if ((_e86 < ROWS)) {
+                uint _e66 = r_2;
+                if ((_e66 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e89 = r_2;
-                    uint _e93 = p.o;
-                    if (((row0_1 + _e89) < _e93)) {
-                        k_3 = 0u;
+                    uint _e69 = r_2;
+                    uint _e73 = p.o;
+                    if (((row0_1 + _e69) < _e73)) {
+                        k_5 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
                             if (!loop_init_5) {
-                                uint _e136 = k_3;
-                                k_3 = (_e136 + 1u);
+                                uint _e116 = k_5;
+                                k_5 = (_e116 + 1u);
                             }
                             loop_init_5 = false;
-                            uint _e97 = k_3;
-                            if ((_e97 < 4u)) {
+                            uint _e77 = k_5;
+                            if ((_e77 < 4u)) {
                             } else {
                                 break;
                             }
                             {
-                                uint _e100 = r_2;
-                                uint _e102 = k_3;
-                                uint w_7 = v_1[min(uint(_e100), 3u)][min(uint(_e102), 3u)];
-                                uint _e106 = k_3;
-                                uint i_3 = (i0_ + (64u * _e106));
-                                const uint4 _e109 = nibbles_lo(w_7);
-                                const float4 _e110 = u2f(_e109);
-                                tdot_sum(i_3, _e110);
-                                const uint4 _e113 = nibbles_hi(w_7);
-                                const float4 _e114 = u2f(_e113);
-                                tdot_sum((i_3 + 4u), _e114);
+                                uint _e80 = r_2;
+                                uint _e82 = k_5;
+                                uint w_7 = v_1[min(uint(_e80), 3u)][min(uint(_e82), 3u)];
+                                uint _e86 = k_5;
+                                uint i_3 = (i0_ + (64u * _e86));
+                                const uint4 _e89 = nibbles_lo(w_7);
+                                const float4 _e90 = u2f(_e89);
+                                tdot_sum(i_3, _e90);
+                                const uint4 _e93 = nibbles_hi(w_7);
+                                const float4 _e94 = u2f(_e93);
+                                tdot_sum((i_3 + 4u), _e94);
                                 if (false) {
-                                    uint _e121 = k_3;
-                                    local_3 = (_e121 == 1u);
+                                    uint _e101 = k_5;
+                                    local_3 = (_e101 == 1u);
                                 } else {
                                     local_3 = false;
                                 }
-                                bool _e125 = local_3;
-                                if (_e125) {
-                                    uint _e126 = r_2;
-                                    uint _e129 = h_2[min(uint(_e126), 3u)].x;
-                                    const float2 _e130 = f16x2_(_e129);
-                                    uint _e131 = r_2;
-                                    const float _e133 = scaled(_e130.x);
-                                    fold_affine(_e131, _e133, _e130.y);
+                                bool _e105 = local_3;
+                                if (_e105) {
+                                    uint _e106 = r_2;
+                                    uint _e109 = h_2[min(uint(_e106), 3u)].x;
+                                    const float2 _e110 = f16x2_(_e109);
+                                    uint _e111 = r_2;
+                                    const float _e113 = scaled(_e110.x);
+                                    fold_affine(_e111, _e113, _e110.y);
                                 }
                             }
                         }
                         if (true) {
-                            uint _e142 = r_2;
-                            uint _e143 = r_2;
-                            uint _e146 = h_2[min(uint(_e143), 3u)].x;
-                            const float _e148 = scaled(asfloat(_e146));
-                            uint _e149 = r_2;
-                            uint _e152 = h_2[min(uint(_e149), 3u)].y;
-                            fold_affine(_e142, _e148, asfloat(_e152));
+                            uint _e122 = r_2;
+                            uint _e123 = r_2;
+                            uint _e126 = h_2[min(uint(_e123), 3u)].x;
+                            const float _e128 = scaled(asfloat(_e126));
+                            uint _e129 = r_2;
+                            uint _e132 = h_2[min(uint(_e129), 3u)].y;
+                            fold_affine(_e122, _e128, asfloat(_e132));
                         } else {
                             if (false) {
-                                uint _e158 = r_2;
-                                uint _e161 = h_2[min(uint(_e158), 3u)].y;
-                                const float2 _e162 = f16x2_(_e161);
-                                uint _e163 = r_2;
-                                const float _e165 = scaled(_e162.x);
-                                fold_affine(_e163, _e165, _e162.y);
+                                uint _e138 = r_2;
+                                uint _e141 = h_2[min(uint(_e138), 3u)].y;
+                                const float2 _e142 = f16x2_(_e141);
+                                uint _e143 = r_2;
+                                const float _e145 = scaled(_e142.x);
+                                fold_affine(_e143, _e145, _e142.y);
                             } else {
-                                uint _e167 = r_2;
-                                uint _e170 = h_2[min(uint(_e167), 3u)].x;
-                                const float2 _e171 = f16x2_(_e170);
-                                uint _e172 = r_2;
-                                const float _e174 = scaled(_e171.x);
-                                fold_affine(_e172, _e174, _e171.y);
+                                uint _e147 = r_2;
+                                uint _e150 = h_2[min(uint(_e147), 3u)].x;
+                                const float2 _e151 = f16x2_(_e150);
+                                uint _e152 = r_2;
+                                const float _e154 = scaled(_e151.x);
+                                fold_affine(_e152, _e154, _e151.y);
                             }
                         }
                     }
@@ -727,22 +738,22 @@ bool fast1_()
     return true;
 }
 
-uint4 item(uint row, uint rb, uint b_1, uint pp)
+uint4 item(uint row_2, uint rb, uint b_3, uint pp)
 {
-    uint bw_1 = naga_div(((row * rb) + (136u * b_1)), 4u);
-    const uint _e13 = word(((bw_1 + 2u) + pp));
-    const uint _e17 = word(((bw_1 + 10u) + pp));
-    const uint _e21 = word(((bw_1 + 18u) + pp));
-    const uint _e25 = word(((bw_1 + 26u) + pp));
-    return uint4(_e13, _e17, _e21, _e25);
+    uint nb_5 = naga_div(rb, 136u);
+    const uint _e6 = pword(row_2, nb_5, b_3, pp);
+    const uint _e9 = pword(row_2, nb_5, b_3, (8u + pp));
+    const uint _e12 = pword(row_2, nb_5, b_3, (16u + pp));
+    const uint _e15 = pword(row_2, nb_5, b_3, (24u + pp));
+    return uint4(_e6, _e9, _e12, _e15);
 }
 
-uint2 header(uint row_1, uint rb_1, uint b_2)
+uint2 header(uint row_3, uint rb_1, uint b_4)
 {
-    uint hw_1 = naga_div(((row_1 * rb_1) + (136u * b_2)), 4u);
-    const uint _e9 = word(hw_1);
-    const uint _e12 = word((hw_1 + 1u));
-    return uint2(_e9, _e12);
+    uint nb_6 = naga_div(rb_1, 136u);
+    const uint _e6 = hword(row_3, nb_6, b_4, 0u);
+    const uint _e8 = hword(row_3, nb_6, b_4, 1u);
+    return uint2(_e6, _e8);
 }
 
 float2 sz(uint2 hd, uint h_3)
@@ -766,28 +777,28 @@ float2 sz(uint2 hd, uint h_3)
     return float2(_e26, _e28);
 }
 
-Items4_ items4_(uint4 rr, uint rb_2, uint b_3, uint pp_1, uint gb)
+Items4_ items4_(uint4 rr, uint rb_2, uint b_5, uint pp_1, uint gb)
 {
     Items4_ q_3 = (Items4_)0;
 
-    const uint4 _e8 = item(rr.x, rb_2, b_3, pp_1);
+    const uint4 _e8 = item(rr.x, rb_2, b_5, pp_1);
     q_3.v0_ = _e8;
     const uint2 _e11 = header(rr.x, rb_2, gb);
     q_3.h0_ = _e11;
     if (true) {
-        const uint4 _e18 = item(rr.y, rb_2, b_3, pp_1);
+        const uint4 _e18 = item(rr.y, rb_2, b_5, pp_1);
         q_3.v1_ = _e18;
         const uint2 _e21 = header(rr.y, rb_2, gb);
         q_3.h1_ = _e21;
     }
     if (true) {
-        const uint4 _e28 = item(rr.z, rb_2, b_3, pp_1);
+        const uint4 _e28 = item(rr.z, rb_2, b_5, pp_1);
         q_3.v2_ = _e28;
         const uint2 _e31 = header(rr.z, rb_2, gb);
         q_3.h2_ = _e31;
     }
     if (true) {
-        const uint4 _e38 = item(rr.w, rb_2, b_3, pp_1);
+        const uint4 _e38 = item(rr.w, rb_2, b_5, pp_1);
         q_3.v3_ = _e38;
         const uint2 _e41 = header(rr.w, rb_2, gb);
         q_3.h3_ = _e41;
@@ -810,42 +821,38 @@ float q4a16_(uint w0_, uint w1_, float4 xa0_, float4 xb0_, float4 xa1_, float4 x
     return dot(f_1, NIB_POS);
 }
 
-uint4 sub4_(uint row_2, uint rb_3, uint b_4, uint m_1)
+uint4 sub4_(uint row_4, uint rb_3, uint b_6, uint m_1)
 {
-    uint bw_2 = ((naga_div(((row_2 * rb_3) + (136u * b_4)), 4u) + 2u) + (4u * m_1));
-    const uint _e15 = word(bw_2);
-    const uint _e18 = word((bw_2 + 1u));
-    const uint _e21 = word((bw_2 + 2u));
-    const uint _e24 = word((bw_2 + 3u));
-    return uint4(_e15, _e18, _e21, _e24);
+    uint4 _e13 = asuint(wq.Load4(((((row_4 * naga_div(rb_3, 136u)) + b_6) * 8u) + m_1)*16));
+    return _e13;
 }
 
-float2 sz8_(uint row_3, uint rb_4, uint gb_1, uint h_4)
+float2 sz8_(uint row_5, uint rb_4, uint gb_1, uint h_4)
 {
     uint2 hd_1 = (uint2)0;
     float2 r_4 = (float2)0;
 
-    uint hw_2 = naga_div(((row_3 * rb_4) + (136u * gb_1)), 4u);
+    uint nb_7 = naga_div(rb_4, 136u);
     if (false) {
-        const uint _e16 = word((hw_2 + h_4));
-        hd_1 = uint2(_e16, 0u);
+        const uint _e11 = hword(row_5, nb_7, gb_1, h_4);
+        hd_1 = uint2(_e11, 0u);
     } else {
-        const uint _e19 = word(hw_2);
-        const uint _e22 = word((hw_2 + 1u));
-        hd_1 = uint2(_e19, _e22);
+        const uint _e15 = hword(row_5, nb_7, gb_1, 0u);
+        const uint _e17 = hword(row_5, nb_7, gb_1, 1u);
+        hd_1 = uint2(_e15, _e17);
     }
     if (true) {
-        uint _e30 = hd_1.x;
-        uint _e33 = hd_1.y;
-        r_4 = float2(asfloat(_e30), asfloat(_e33));
+        uint _e25 = hd_1.x;
+        uint _e28 = hd_1.y;
+        r_4 = float2(asfloat(_e25), asfloat(_e28));
     } else {
-        uint _e37 = hd_1.x;
-        r_4 = float2(f16tof32(_e37), f16tof32((_e37) >> 16));
+        uint _e32 = hd_1.x;
+        r_4 = float2(f16tof32(_e32), f16tof32((_e32) >> 16));
     }
-    float _e40 = r_4.x;
-    const float _e41 = scaled(_e40);
-    float _e43 = r_4.y;
-    return float2(_e41, mad(8.0, _e41, _e43));
+    float _e35 = r_4.x;
+    const float _e36 = scaled(_e35);
+    float _e38 = r_4.y;
+    return float2(_e36, mad(8.0, _e36, _e38));
 }
 
 Rows4_ ConstructRows4_(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3) {
@@ -866,16 +873,16 @@ Ld1_ ConstructLd1_(Rows4_ arg0, float4 arg1, float4 arg2, XQ arg3) {
     return ret;
 }
 
-Ld1_ load1_i8_(uint4 rr_1, uint j_2, uint rb_5, uint nb)
+Ld1_ load1_i8_(uint4 rr_1, uint j_2, uint rb_5, uint nb_2)
 {
-    uint b_6 = naga_div(j_2, 8u);
+    uint b_8 = naga_div(j_2, 8u);
     uint m_5 = naga_mod(j_2, 8u);
     uint h_5 = naga_div(m_5, 4u);
-    const uint _e10 = group(b_6, nb);
-    const uint4 _e12 = sub4_(rr_1.x, rb_5, b_6, m_5);
-    const uint4 _e14 = sub4_(rr_1.y, rb_5, b_6, m_5);
-    const uint4 _e16 = sub4_(rr_1.z, rb_5, b_6, m_5);
-    const uint4 _e18 = sub4_(rr_1.w, rb_5, b_6, m_5);
+    const uint _e10 = group(b_8, nb_2);
+    const uint4 _e12 = sub4_(rr_1.x, rb_5, b_8, m_5);
+    const uint4 _e14 = sub4_(rr_1.y, rb_5, b_8, m_5);
+    const uint4 _e16 = sub4_(rr_1.z, rb_5, b_8, m_5);
+    const uint4 _e18 = sub4_(rr_1.w, rb_5, b_8, m_5);
     Rows4_ v_4 = ConstructRows4_(_e12, _e14, _e16, _e18);
     const float2 _e21 = sz8_(rr_1.x, rb_5, _e10, h_5);
     const float2 _e23 = sz8_(rr_1.y, rb_5, _e10, h_5);
@@ -922,8 +929,8 @@ float4 partial1_i8_(uint4 rr_2, uint lid_2)
     uint j_4 = (uint)0;
 
     uint rb_7 = p.row_bytes;
-    uint nb_3 = naga_div(rb_7, 136u);
-    uint n_2 = (8u * nb_3);
+    uint nb_8 = naga_div(rb_7, 136u);
+    uint n_2 = (8u * nb_8);
     j_4 = lid_2;
     bool loop_init_6 = true;
     while(true) {
@@ -940,7 +947,7 @@ float4 partial1_i8_(uint4 rr_2, uint lid_2)
         {
             float4 _e15 = a_3;
             uint _e16 = j_4;
-            const Ld1_ _e17 = load1_i8_(rr_2, _e16, rb_7, nb_3);
+            const Ld1_ _e17 = load1_i8_(rr_2, _e16, rb_7, nb_8);
             uint _e18 = j_4;
             const float4 _e19 = step1_i8_(_e17, _e18);
             a_3 = (_e15 + _e19);
@@ -956,7 +963,7 @@ float4 partial1_(uint row0_2, uint lid_3)
     uint j_5 = (uint)0;
 
     uint rb_8 = p.row_bytes;
-    uint nb_4 = naga_div(rb_8, 136u);
+    uint nb_9 = naga_div(rb_8, 136u);
     uint _e9 = p.o;
     uint last_1 = (_e9 - 1u);
     uint4 rr_3 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
@@ -974,18 +981,18 @@ float4 partial1_(uint row0_2, uint lid_3)
         }
         loop_init_7 = false;
         uint _e32 = j_5;
-        if ((_e32 < (8u * nb_4))) {
+        if ((_e32 < (8u * nb_9))) {
         } else {
             break;
         }
         {
             uint _e36 = j_5;
-            uint b_7 = naga_div(_e36, 8u);
+            uint b_9 = naga_div(_e36, 8u);
             uint _e39 = j_5;
             uint pp_3 = naga_mod(_e39, 8u);
-            const uint _e42 = group(b_7, nb_4);
-            const Items4_ _e43 = items4_(rr_3, rb_8, b_7, pp_3, _e42);
-            uint xi_1 = naga_div(((256u * b_7) + (8u * pp_3)), 4u);
+            const uint _e42 = group(b_9, nb_9);
+            const Items4_ _e43 = items4_(rr_3, rb_8, b_9, pp_3, _e42);
+            uint xi_1 = naga_div(((256u * b_9) + (8u * pp_3)), 4u);
             float4 xa0_1 = asfloat(xv.Load4(xi_1*16));
             float4 xb0_1 = asfloat(xv.Load4((xi_1 + 1u)*16));
             float4 xa1_1 = asfloat(xv.Load4((xi_1 + 16u)*16));
@@ -1047,10 +1054,10 @@ AccB partialb(uint row0_3, uint lid_4)
 {
     AccB a_5 = (AccB)0;
     uint j_6 = (uint)0;
-    uint k_4 = (uint)0;
+    uint k_6 = (uint)0;
 
     uint rb_9 = p.row_bytes;
-    uint nb_5 = naga_div(rb_9, 136u);
+    uint nb_10 = naga_div(rb_9, 136u);
     const uint4 _e7 = rows_b(row0_3);
     j_6 = lid_4;
     bool loop_init_8 = true;
@@ -1061,44 +1068,44 @@ AccB partialb(uint row0_3, uint lid_4)
         }
         loop_init_8 = false;
         uint _e10 = j_6;
-        if ((_e10 < (8u * nb_5))) {
+        if ((_e10 < (8u * nb_10))) {
         } else {
             break;
         }
         {
             uint _e14 = j_6;
-            uint b_8 = naga_div(_e14, 8u);
+            uint b_10 = naga_div(_e14, 8u);
             uint _e17 = j_6;
             uint pp_4 = naga_mod(_e17, 8u);
-            const uint _e20 = group(b_8, nb_5);
-            const Items4_ _e21 = items4_(_e7, rb_9, b_8, pp_4, _e20);
-            k_4 = 0u;
+            const uint _e20 = group(b_10, nb_10);
+            const Items4_ _e21 = items4_(_e7, rb_9, b_10, pp_4, _e20);
+            k_6 = 0u;
             bool loop_init_9 = true;
             while(true) {
                 if (!loop_init_9) {
-                    uint _e129 = k_4;
-                    k_4 = (_e129 + 1u);
+                    uint _e129 = k_6;
+                    k_6 = (_e129 + 1u);
                 }
                 loop_init_9 = false;
-                uint _e24 = k_4;
+                uint _e24 = k_6;
                 if ((_e24 < 4u)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e27 = k_4;
+                    uint _e27 = k_6;
                     uint hh = (_e27 >> 1u);
                     const float2 _e31 = sz(_e21.h0_, hh);
                     const float2 _e33 = sz(_e21.h1_, hh);
                     const float2 _e35 = sz(_e21.h2_, hh);
                     const float2 _e37 = sz(_e21.h3_, hh);
-                    uint _e39 = k_4;
-                    uint _e42 = k_4;
-                    uint _e45 = k_4;
-                    uint _e48 = k_4;
+                    uint _e39 = k_6;
+                    uint _e42 = k_6;
+                    uint _e45 = k_6;
+                    uint _e48 = k_6;
                     uint4 w_8 = uint4(_e21.v0_[min(uint(_e39), 3u)], _e21.v1_[min(uint(_e42), 3u)], _e21.v2_[min(uint(_e45), 3u)], _e21.v3_[min(uint(_e48), 3u)]);
-                    uint _e54 = k_4;
-                    uint i_4 = (((256u * b_8) + (64u * _e54)) + (8u * pp_4));
+                    uint _e54 = k_6;
+                    uint i_4 = (((256u * b_10) + (64u * _e54)) + (8u * pp_4));
                     const uint4 _e61 = nibbles_lo(w_8.x);
                     const float4 _e62 = u2f(_e61);
                     const uint4 _e69 = nibbles_lo(w_8.y);
@@ -1126,7 +1133,7 @@ AccB partialb(uint row0_3, uint lid_4)
     return accb_1;
 }
 
-void reduce16_(uint lid_5, uint n_1, uint row_4, uint s_4, bool keep)
+void reduce16_(uint lid_5, uint n_1, uint row_6, uint s_4, bool keep)
 {
     float part = 0.0;
     uint m_2 = 0u;
@@ -1183,7 +1190,7 @@ void reduce16_(uint lid_5, uint n_1, uint row_4, uint s_4, bool keep)
         }
         if (keep) {
             uint _e59 = p.o;
-            local_4 = (row_4 < _e59);
+            local_4 = (row_6 < _e59);
         } else {
             local_4 = false;
         }
@@ -1191,7 +1198,7 @@ void reduce16_(uint lid_5, uint n_1, uint row_4, uint s_4, bool keep)
         if (_e62) {
             uint _e66 = p.o;
             float _e70 = v_2;
-            y.Store(((s_4 * _e66) + row_4)*4, asuint(_e70));
+            y.Store(((s_4 * _e66) + row_6)*4, asuint(_e70));
         }
     }
     GroupMemoryBarrierWithGroupSync();

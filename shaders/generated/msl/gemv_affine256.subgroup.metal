@@ -13,6 +13,7 @@ struct _mslBufferSizes {
     uint size0;
     uint size1;
     uint size2;
+    uint size3;
 };
 
 struct Params {
@@ -26,9 +27,10 @@ struct Params {
     uint reserved1_;
 };
 typedef metal::uint4 type_2[1];
-typedef metal::float4 type_5[1];
-typedef float type_6[1];
-struct type_7 {
+typedef uint type_3[1];
+typedef metal::float4 type_6[1];
+typedef float type_7[1];
+struct type_8 {
     float inner[16];
 };
 struct Rows4_ {
@@ -80,10 +82,10 @@ struct Q4_ {
     metal::float4 r2_;
     metal::float4 r3_;
 };
-struct type_11 {
+struct type_12 {
     metal::uint4 inner[4];
 };
-struct type_13 {
+struct type_14 {
     metal::uint2 inner[4];
 };
 struct Items4_ {
@@ -102,7 +104,7 @@ struct Ld1_ {
     metal::float4 z4_;
     XQ x;
 };
-struct type_15 {
+struct type_16 {
     float inner[512];
 };
 constant metal::float4 NIB_POS = metal::float4(1.0, 0.0625, 0.00390625, 0.00024414063);
@@ -124,12 +126,12 @@ uint word(
 metal::float4 x4_(
     uint s,
     uint i,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint _e5 = p.x_stride;
-    metal::float4 _e11 = xv[metal::min(unsigned(((s * _e5) + i) >> 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e11 = xv[metal::min(unsigned(((s * _e5) + i) >> 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     return _e11;
 }
 
@@ -197,10 +199,10 @@ metal::float2 f16x2_(
 void tdot_sum(
     uint i_1,
     metal::float4 q,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant Params& p,
-    thread type_7& t,
-    thread type_7& u,
+    thread type_8& t,
+    thread type_8& u,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint s_1 = 0u;
@@ -234,9 +236,9 @@ void fold_affine(
     uint r,
     float d_1,
     float z,
-    thread type_7& acc,
-    thread type_7& t,
-    thread type_7& u
+    thread type_8& acc,
+    thread type_8& t,
+    thread type_8& u
 ) {
     uint s_2 = 0u;
     bool loop_init_1 = true;
@@ -285,18 +287,18 @@ metal::float4 nib_in_place(
 
 X8_ x8_(
     uint c,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint xi = 8u * c;
-    metal::float4 _e5 = xv[metal::min(unsigned(xi), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e10 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e15 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e20 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e25 = xv[metal::min(unsigned(xi + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e30 = xv[metal::min(unsigned(xi + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e35 = xv[metal::min(unsigned(xi + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e40 = xv[metal::min(unsigned(xi + 7u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    metal::float4 _e5 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e10 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e15 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e20 = xv[metal::min(unsigned(xi + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e25 = xv[metal::min(unsigned(xi + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e30 = xv[metal::min(unsigned(xi + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e35 = xv[metal::min(unsigned(xi + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e40 = xv[metal::min(unsigned(xi + 7u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     return X8_ {_e5, _e10, _e15, _e20, _e25, _e30, _e35, _e40};
 }
 
@@ -322,34 +324,34 @@ metal::float4 q4row(
 
 XQ xq(
     uint c_1,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint _e3 = p.reserved0_;
     if (_e3 == 2u) {
         uint _e8 = p.x_stride;
-        uint nb_1 = _e8 >> 5u;
+        uint nb_3 = _e8 >> 5u;
         uint _e13 = p.x_stride;
         uint k0_ = (_e13 >> 2u) + c_1;
-        metal::float4 _e19 = xv[metal::min(unsigned(k0_), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e24 = xv[metal::min(unsigned(k0_ + nb_1), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e31 = xv[metal::min(unsigned(k0_ + (2u * nb_1)), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e38 = xv[metal::min(unsigned(k0_ + (3u * nb_1)), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e45 = xv[metal::min(unsigned(k0_ + (4u * nb_1)), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e52 = xv[metal::min(unsigned(k0_ + (5u * nb_1)), (_buffer_sizes.size1 - 0 - 16) / 16)];
-        metal::float4 _e59 = xv[metal::min(unsigned(k0_ + (6u * nb_1)), (_buffer_sizes.size1 - 0 - 16) / 16)];
+        metal::float4 _e19 = xv[metal::min(unsigned(k0_), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e24 = xv[metal::min(unsigned(k0_ + nb_3), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e31 = xv[metal::min(unsigned(k0_ + (2u * nb_3)), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e38 = xv[metal::min(unsigned(k0_ + (3u * nb_3)), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e45 = xv[metal::min(unsigned(k0_ + (4u * nb_3)), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e52 = xv[metal::min(unsigned(k0_ + (5u * nb_3)), (_buffer_sizes.size2 - 0 - 16) / 16)];
+        metal::float4 _e59 = xv[metal::min(unsigned(k0_ + (6u * nb_3)), (_buffer_sizes.size2 - 0 - 16) / 16)];
         return XQ {as_type<metal::uint4>(_e19), as_type<metal::uint4>(_e24), as_type<metal::uint4>(_e31), as_type<metal::uint4>(_e38), as_type<metal::uint4>(_e45), as_type<metal::uint4>(_e52), as_type<metal::uint4>(_e59)};
     }
     uint _e64 = p.x_stride;
-    uint k_5 = (_e64 >> 2u) + (7u * c_1);
-    metal::float4 _e72 = xv[metal::min(unsigned(k_5), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e78 = xv[metal::min(unsigned(k_5 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e84 = xv[metal::min(unsigned(k_5 + 2u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e90 = xv[metal::min(unsigned(k_5 + 3u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e96 = xv[metal::min(unsigned(k_5 + 4u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e102 = xv[metal::min(unsigned(k_5 + 5u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-    metal::float4 _e108 = xv[metal::min(unsigned(k_5 + 6u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+    uint k_7 = (_e64 >> 2u) + (7u * c_1);
+    metal::float4 _e72 = xv[metal::min(unsigned(k_7), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e78 = xv[metal::min(unsigned(k_7 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e84 = xv[metal::min(unsigned(k_7 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e90 = xv[metal::min(unsigned(k_7 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e96 = xv[metal::min(unsigned(k_7 + 4u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e102 = xv[metal::min(unsigned(k_7 + 5u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+    metal::float4 _e108 = xv[metal::min(unsigned(k_7 + 6u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     return XQ {as_type<metal::uint4>(_e72), as_type<metal::uint4>(_e78), as_type<metal::uint4>(_e84), as_type<metal::uint4>(_e90), as_type<metal::uint4>(_e96), as_type<metal::uint4>(_e102), as_type<metal::uint4>(_e108)};
 }
 
@@ -424,7 +426,7 @@ void accb(
     thread AccB& a_1,
     Q4_ q_2,
     uint i_2,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
@@ -592,6 +594,30 @@ metal::uint4 rows_b(
     return metal::uint4(row0_, metal::min(row0_ + 1u, last), metal::min(row0_ + 2u, last), metal::min(row0_ + 3u, last));
 }
 
+uint pword(
+    uint row,
+    uint nb,
+    uint b_1,
+    uint k_3,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint _e9 = word((((row * nb) + b_1) * 32u) + k_3, wq, _buffer_sizes);
+    return _e9;
+}
+
+uint hword(
+    uint row_1,
+    uint nb_1,
+    uint b_2,
+    uint k_4,
+    device type_3 const& sc,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    uint _e11 = sc[metal::min(unsigned((((row_1 * nb_1) + b_2) * 2u) + k_4), (_buffer_sizes.size1 - 0 - 4) / 4)];
+    return _e11;
+}
+
 uint naga_div(uint lhs, uint rhs) {
     return lhs / metal::select(rhs, 1u, rhs == 0u);
 }
@@ -604,48 +630,49 @@ void partial(
     uint row0_1,
     uint lid_1,
     device type_2 const& wq,
-    device type_5 const& xv,
+    device type_3 const& sc,
+    device type_6 const& xv,
     constant Params& p,
-    thread type_7& acc,
-    thread type_7& t,
-    thread type_7& u,
+    thread type_8& acc,
+    thread type_8& t,
+    thread type_8& u,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     uint j_1 = {};
-    type_11 v_3 = {};
-    type_13 h_2 = {};
+    type_12 v_3 = {};
+    type_14 h_2 = {};
     uint r_1 = {};
     uint r_2 = {};
-    uint k_3 = {};
+    uint k_5 = {};
     bool local_4 = {};
     uint rb_6 = p.row_bytes;
-    uint nb_2 = naga_div(rb_6, 136u);
+    uint nb_4 = naga_div(rb_6, 136u);
     j_1 = lid_1;
     bool loop_init_2 = true;
     while(true) {
         if (!loop_init_2) {
-            uint _e179 = j_1;
-            j_1 = _e179 + WG;
+            uint _e159 = j_1;
+            j_1 = _e159 + WG;
         }
         loop_init_2 = false;
         uint _e8 = j_1;
-        if (_e8 < (8u * nb_2)) {
+        if (_e8 < (8u * nb_4)) {
         } else {
             break;
         }
         {
             uint _e12 = j_1;
-            uint b_5 = naga_div(_e12, 8u);
+            uint b_7 = naga_div(_e12, 8u);
             uint _e15 = j_1;
             uint pp_2 = naga_mod(_e15, 8u);
-            v_3 = type_11 {};
-            h_2 = type_13 {};
+            v_3 = type_12 {};
+            h_2 = type_14 {};
             r_1 = 0u;
             bool loop_init_3 = true;
             while(true) {
                 if (!loop_init_3) {
-                    uint _e77 = r_1;
-                    r_1 = _e77 + 1u;
+                    uint _e57 = r_1;
+                    r_1 = _e57 + 1u;
                 }
                 loop_init_3 = false;
                 uint _e24 = r_1;
@@ -658,106 +685,104 @@ void partial(
                     uint _e31 = p.o;
                     if ((row0_1 + _e27) < _e31) {
                         uint _e33 = r_1;
-                        uint bw = naga_div(((row0_1 + _e33) * rb_6) + (136u * b_5), 4u);
-                        uint _e41 = r_1;
-                        uint _e45 = group(b_5, nb_2);
-                        uint hw = naga_div(((row0_1 + _e41) * rb_6) + (136u * _e45), 4u);
-                        uint _e50 = r_1;
-                        uint _e55 = word((bw + 2u) + pp_2, wq, _buffer_sizes);
-                        uint _e59 = word((bw + 10u) + pp_2, wq, _buffer_sizes);
-                        uint _e63 = word((bw + 18u) + pp_2, wq, _buffer_sizes);
-                        uint _e67 = word((bw + 26u) + pp_2, wq, _buffer_sizes);
-                        v_3.inner[metal::min(unsigned(_e50), 3u)] = metal::uint4(_e55, _e59, _e63, _e67);
-                        uint _e69 = r_1;
-                        uint _e71 = word(hw, wq, _buffer_sizes);
-                        uint _e74 = word(hw + 1u, wq, _buffer_sizes);
-                        h_2.inner[metal::min(unsigned(_e69), 3u)] = metal::uint2(_e71, _e74);
+                        uint row_6 = row0_1 + _e33;
+                        uint _e35 = group(b_7, nb_4);
+                        uint _e36 = r_1;
+                        uint _e38 = pword(row_6, nb_4, b_7, pp_2, wq, _buffer_sizes);
+                        uint _e41 = pword(row_6, nb_4, b_7, 8u + pp_2, wq, _buffer_sizes);
+                        uint _e44 = pword(row_6, nb_4, b_7, 16u + pp_2, wq, _buffer_sizes);
+                        uint _e47 = pword(row_6, nb_4, b_7, 24u + pp_2, wq, _buffer_sizes);
+                        v_3.inner[metal::min(unsigned(_e36), 3u)] = metal::uint4(_e38, _e41, _e44, _e47);
+                        uint _e49 = r_1;
+                        uint _e52 = hword(row_6, nb_4, _e35, 0u, sc, _buffer_sizes);
+                        uint _e54 = hword(row_6, nb_4, _e35, 1u, sc, _buffer_sizes);
+                        h_2.inner[metal::min(unsigned(_e49), 3u)] = metal::uint2(_e52, _e54);
                     }
                 }
             }
-            uint i0_ = (256u * b_5) + (8u * pp_2);
+            uint i0_ = (256u * b_7) + (8u * pp_2);
             r_2 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e177 = r_2;
-                    r_2 = _e177 + 1u;
+                    uint _e157 = r_2;
+                    r_2 = _e157 + 1u;
                 }
                 loop_init_4 = false;
-                uint _e86 = r_2;
-                if (_e86 < ROWS) {
+                uint _e66 = r_2;
+                if (_e66 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e89 = r_2;
-                    uint _e93 = p.o;
-                    if ((row0_1 + _e89) < _e93) {
-                        k_3 = 0u;
+                    uint _e69 = r_2;
+                    uint _e73 = p.o;
+                    if ((row0_1 + _e69) < _e73) {
+                        k_5 = 0u;
                         bool loop_init_5 = true;
                         while(true) {
                             if (!loop_init_5) {
-                                uint _e136 = k_3;
-                                k_3 = _e136 + 1u;
+                                uint _e116 = k_5;
+                                k_5 = _e116 + 1u;
                             }
                             loop_init_5 = false;
-                            uint _e97 = k_3;
-                            if (_e97 < 4u) {
+                            uint _e77 = k_5;
+                            if (_e77 < 4u) {
                             } else {
                                 break;
                             }
                             {
-                                uint _e100 = r_2;
-                                uint _e102 = k_3;
-                                uint w_7 = v_3.inner[metal::min(unsigned(_e100), 3u)][metal::min(unsigned(_e102), 3u)];
-                                uint _e106 = k_3;
-                                uint i_3 = i0_ + (64u * _e106);
-                                metal::uint4 _e109 = nibbles_lo(w_7);
-                                metal::float4 _e110 = u2f(_e109);
-                                tdot_sum(i_3, _e110, xv, p, t, u, _buffer_sizes);
-                                metal::uint4 _e113 = nibbles_hi(w_7);
-                                metal::float4 _e114 = u2f(_e113);
-                                tdot_sum(i_3 + 4u, _e114, xv, p, t, u, _buffer_sizes);
+                                uint _e80 = r_2;
+                                uint _e82 = k_5;
+                                uint w_7 = v_3.inner[metal::min(unsigned(_e80), 3u)][metal::min(unsigned(_e82), 3u)];
+                                uint _e86 = k_5;
+                                uint i_3 = i0_ + (64u * _e86);
+                                metal::uint4 _e89 = nibbles_lo(w_7);
+                                metal::float4 _e90 = u2f(_e89);
+                                tdot_sum(i_3, _e90, xv, p, t, u, _buffer_sizes);
+                                metal::uint4 _e93 = nibbles_hi(w_7);
+                                metal::float4 _e94 = u2f(_e93);
+                                tdot_sum(i_3 + 4u, _e94, xv, p, t, u, _buffer_sizes);
                                 if (false) {
-                                    uint _e121 = k_3;
-                                    local_4 = _e121 == 1u;
+                                    uint _e101 = k_5;
+                                    local_4 = _e101 == 1u;
                                 } else {
                                     local_4 = false;
                                 }
-                                bool _e125 = local_4;
-                                if (_e125) {
-                                    uint _e126 = r_2;
-                                    uint _e129 = h_2.inner[metal::min(unsigned(_e126), 3u)].x;
-                                    metal::float2 _e130 = f16x2_(_e129);
-                                    uint _e131 = r_2;
-                                    float _e133 = scaled(_e130.x);
-                                    fold_affine(_e131, _e133, _e130.y, acc, t, u);
+                                bool _e105 = local_4;
+                                if (_e105) {
+                                    uint _e106 = r_2;
+                                    uint _e109 = h_2.inner[metal::min(unsigned(_e106), 3u)].x;
+                                    metal::float2 _e110 = f16x2_(_e109);
+                                    uint _e111 = r_2;
+                                    float _e113 = scaled(_e110.x);
+                                    fold_affine(_e111, _e113, _e110.y, acc, t, u);
                                 }
                             }
                         }
                         if (true) {
-                            uint _e142 = r_2;
-                            uint _e143 = r_2;
-                            uint _e146 = h_2.inner[metal::min(unsigned(_e143), 3u)].x;
-                            float _e148 = scaled(as_type<float>(_e146));
-                            uint _e149 = r_2;
-                            uint _e152 = h_2.inner[metal::min(unsigned(_e149), 3u)].y;
-                            fold_affine(_e142, _e148, as_type<float>(_e152), acc, t, u);
+                            uint _e122 = r_2;
+                            uint _e123 = r_2;
+                            uint _e126 = h_2.inner[metal::min(unsigned(_e123), 3u)].x;
+                            float _e128 = scaled(as_type<float>(_e126));
+                            uint _e129 = r_2;
+                            uint _e132 = h_2.inner[metal::min(unsigned(_e129), 3u)].y;
+                            fold_affine(_e122, _e128, as_type<float>(_e132), acc, t, u);
                         } else {
                             if (false) {
-                                uint _e158 = r_2;
-                                uint _e161 = h_2.inner[metal::min(unsigned(_e158), 3u)].y;
-                                metal::float2 _e162 = f16x2_(_e161);
-                                uint _e163 = r_2;
-                                float _e165 = scaled(_e162.x);
-                                fold_affine(_e163, _e165, _e162.y, acc, t, u);
+                                uint _e138 = r_2;
+                                uint _e141 = h_2.inner[metal::min(unsigned(_e138), 3u)].y;
+                                metal::float2 _e142 = f16x2_(_e141);
+                                uint _e143 = r_2;
+                                float _e145 = scaled(_e142.x);
+                                fold_affine(_e143, _e145, _e142.y, acc, t, u);
                             } else {
-                                uint _e167 = r_2;
-                                uint _e170 = h_2.inner[metal::min(unsigned(_e167), 3u)].x;
-                                metal::float2 _e171 = f16x2_(_e170);
-                                uint _e172 = r_2;
-                                float _e174 = scaled(_e171.x);
-                                fold_affine(_e172, _e174, _e171.y, acc, t, u);
+                                uint _e147 = r_2;
+                                uint _e150 = h_2.inner[metal::min(unsigned(_e147), 3u)].x;
+                                metal::float2 _e151 = f16x2_(_e150);
+                                uint _e152 = r_2;
+                                float _e154 = scaled(_e151.x);
+                                fold_affine(_e152, _e154, _e151.y, acc, t, u);
                             }
                         }
                     }
@@ -774,32 +799,32 @@ bool fast1_(
 }
 
 metal::uint4 item(
-    uint row,
+    uint row_2,
     uint rb,
-    uint b_1,
+    uint b_3,
     uint pp,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint bw_1 = naga_div((row * rb) + (136u * b_1), 4u);
-    uint _e13 = word((bw_1 + 2u) + pp, wq, _buffer_sizes);
-    uint _e17 = word((bw_1 + 10u) + pp, wq, _buffer_sizes);
-    uint _e21 = word((bw_1 + 18u) + pp, wq, _buffer_sizes);
-    uint _e25 = word((bw_1 + 26u) + pp, wq, _buffer_sizes);
-    return metal::uint4(_e13, _e17, _e21, _e25);
+    uint nb_5 = naga_div(rb, 136u);
+    uint _e6 = pword(row_2, nb_5, b_3, pp, wq, _buffer_sizes);
+    uint _e9 = pword(row_2, nb_5, b_3, 8u + pp, wq, _buffer_sizes);
+    uint _e12 = pword(row_2, nb_5, b_3, 16u + pp, wq, _buffer_sizes);
+    uint _e15 = pword(row_2, nb_5, b_3, 24u + pp, wq, _buffer_sizes);
+    return metal::uint4(_e6, _e9, _e12, _e15);
 }
 
 metal::uint2 header(
-    uint row_1,
+    uint row_3,
     uint rb_1,
-    uint b_2,
-    device type_2 const& wq,
+    uint b_4,
+    device type_3 const& sc,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint hw_1 = naga_div((row_1 * rb_1) + (136u * b_2), 4u);
-    uint _e9 = word(hw_1, wq, _buffer_sizes);
-    uint _e12 = word(hw_1 + 1u, wq, _buffer_sizes);
-    return metal::uint2(_e9, _e12);
+    uint nb_6 = naga_div(rb_1, 136u);
+    uint _e6 = hword(row_3, nb_6, b_4, 0u, sc, _buffer_sizes);
+    uint _e8 = hword(row_3, nb_6, b_4, 1u, sc, _buffer_sizes);
+    return metal::uint2(_e6, _e8);
 }
 
 metal::float2 sz(
@@ -827,33 +852,34 @@ metal::float2 sz(
 Items4_ items4_(
     metal::uint4 rr,
     uint rb_2,
-    uint b_3,
+    uint b_5,
     uint pp_1,
     uint gb,
     device type_2 const& wq,
+    device type_3 const& sc,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     Items4_ q_3 = {};
-    metal::uint4 _e8 = item(rr.x, rb_2, b_3, pp_1, wq, _buffer_sizes);
+    metal::uint4 _e8 = item(rr.x, rb_2, b_5, pp_1, wq, _buffer_sizes);
     q_3.v0_ = _e8;
-    metal::uint2 _e11 = header(rr.x, rb_2, gb, wq, _buffer_sizes);
+    metal::uint2 _e11 = header(rr.x, rb_2, gb, sc, _buffer_sizes);
     q_3.h0_ = _e11;
     if (true) {
-        metal::uint4 _e18 = item(rr.y, rb_2, b_3, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e18 = item(rr.y, rb_2, b_5, pp_1, wq, _buffer_sizes);
         q_3.v1_ = _e18;
-        metal::uint2 _e21 = header(rr.y, rb_2, gb, wq, _buffer_sizes);
+        metal::uint2 _e21 = header(rr.y, rb_2, gb, sc, _buffer_sizes);
         q_3.h1_ = _e21;
     }
     if (true) {
-        metal::uint4 _e28 = item(rr.z, rb_2, b_3, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e28 = item(rr.z, rb_2, b_5, pp_1, wq, _buffer_sizes);
         q_3.v2_ = _e28;
-        metal::uint2 _e31 = header(rr.z, rb_2, gb, wq, _buffer_sizes);
+        metal::uint2 _e31 = header(rr.z, rb_2, gb, sc, _buffer_sizes);
         q_3.h2_ = _e31;
     }
     if (true) {
-        metal::uint4 _e38 = item(rr.w, rb_2, b_3, pp_1, wq, _buffer_sizes);
+        metal::uint4 _e38 = item(rr.w, rb_2, b_5, pp_1, wq, _buffer_sizes);
         q_3.v3_ = _e38;
-        metal::uint2 _e41 = header(rr.w, rb_2, gb, wq, _buffer_sizes);
+        metal::uint2 _e41 = header(rr.w, rb_2, gb, sc, _buffer_sizes);
         q_3.h3_ = _e41;
     }
     Items4_ _e42 = q_3;
@@ -880,77 +906,74 @@ float q4a16_(
 }
 
 metal::uint4 sub4_(
-    uint row_2,
+    uint row_4,
     uint rb_3,
-    uint b_4,
+    uint b_6,
     uint m_3,
     device type_2 const& wq,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint bw_2 = (naga_div((row_2 * rb_3) + (136u * b_4), 4u) + 2u) + (4u * m_3);
-    uint _e15 = word(bw_2, wq, _buffer_sizes);
-    uint _e18 = word(bw_2 + 1u, wq, _buffer_sizes);
-    uint _e21 = word(bw_2 + 2u, wq, _buffer_sizes);
-    uint _e24 = word(bw_2 + 3u, wq, _buffer_sizes);
-    return metal::uint4(_e15, _e18, _e21, _e24);
+    metal::uint4 _e13 = wq[metal::min(unsigned((((row_4 * naga_div(rb_3, 136u)) + b_6) * 8u) + m_3), (_buffer_sizes.size0 - 0 - 16) / 16)];
+    return _e13;
 }
 
 metal::float2 sz8_(
-    uint row_3,
+    uint row_5,
     uint rb_4,
     uint gb_1,
     uint h_4,
-    device type_2 const& wq,
+    device type_3 const& sc,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::uint2 hd_1 = {};
     metal::float2 r_4 = {};
-    uint hw_2 = naga_div((row_3 * rb_4) + (136u * gb_1), 4u);
+    uint nb_7 = naga_div(rb_4, 136u);
     if (false) {
-        uint _e16 = word(hw_2 + h_4, wq, _buffer_sizes);
-        hd_1 = metal::uint2(_e16, 0u);
+        uint _e11 = hword(row_5, nb_7, gb_1, h_4, sc, _buffer_sizes);
+        hd_1 = metal::uint2(_e11, 0u);
     } else {
-        uint _e19 = word(hw_2, wq, _buffer_sizes);
-        uint _e22 = word(hw_2 + 1u, wq, _buffer_sizes);
-        hd_1 = metal::uint2(_e19, _e22);
+        uint _e15 = hword(row_5, nb_7, gb_1, 0u, sc, _buffer_sizes);
+        uint _e17 = hword(row_5, nb_7, gb_1, 1u, sc, _buffer_sizes);
+        hd_1 = metal::uint2(_e15, _e17);
     }
     if (true) {
-        uint _e30 = hd_1.x;
-        uint _e33 = hd_1.y;
-        r_4 = metal::float2(as_type<float>(_e30), as_type<float>(_e33));
+        uint _e25 = hd_1.x;
+        uint _e28 = hd_1.y;
+        r_4 = metal::float2(as_type<float>(_e25), as_type<float>(_e28));
     } else {
-        uint _e37 = hd_1.x;
-        r_4 = float2(as_type<half2>(_e37));
+        uint _e32 = hd_1.x;
+        r_4 = float2(as_type<half2>(_e32));
     }
-    float _e40 = r_4.x;
-    float _e41 = scaled(_e40);
-    float _e43 = r_4.y;
-    return metal::float2(_e41, metal::fma(8.0, _e41, _e43));
+    float _e35 = r_4.x;
+    float _e36 = scaled(_e35);
+    float _e38 = r_4.y;
+    return metal::float2(_e36, metal::fma(8.0, _e36, _e38));
 }
 
 Ld1_ load1_i8_(
     metal::uint4 rr_1,
     uint j_2,
     uint rb_5,
-    uint nb,
+    uint nb_2,
     device type_2 const& wq,
-    device type_5 const& xv,
+    device type_3 const& sc,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint b_6 = naga_div(j_2, 8u);
+    uint b_8 = naga_div(j_2, 8u);
     uint m_5 = naga_mod(j_2, 8u);
     uint h_5 = naga_div(m_5, 4u);
-    uint _e10 = group(b_6, nb);
-    metal::uint4 _e12 = sub4_(rr_1.x, rb_5, b_6, m_5, wq, _buffer_sizes);
-    metal::uint4 _e14 = sub4_(rr_1.y, rb_5, b_6, m_5, wq, _buffer_sizes);
-    metal::uint4 _e16 = sub4_(rr_1.z, rb_5, b_6, m_5, wq, _buffer_sizes);
-    metal::uint4 _e18 = sub4_(rr_1.w, rb_5, b_6, m_5, wq, _buffer_sizes);
+    uint _e10 = group(b_8, nb_2);
+    metal::uint4 _e12 = sub4_(rr_1.x, rb_5, b_8, m_5, wq, _buffer_sizes);
+    metal::uint4 _e14 = sub4_(rr_1.y, rb_5, b_8, m_5, wq, _buffer_sizes);
+    metal::uint4 _e16 = sub4_(rr_1.z, rb_5, b_8, m_5, wq, _buffer_sizes);
+    metal::uint4 _e18 = sub4_(rr_1.w, rb_5, b_8, m_5, wq, _buffer_sizes);
     Rows4_ v_5 = Rows4_ {_e12, _e14, _e16, _e18};
-    metal::float2 _e21 = sz8_(rr_1.x, rb_5, _e10, h_5, wq, _buffer_sizes);
-    metal::float2 _e23 = sz8_(rr_1.y, rb_5, _e10, h_5, wq, _buffer_sizes);
-    metal::float2 _e25 = sz8_(rr_1.z, rb_5, _e10, h_5, wq, _buffer_sizes);
-    metal::float2 _e27 = sz8_(rr_1.w, rb_5, _e10, h_5, wq, _buffer_sizes);
+    metal::float2 _e21 = sz8_(rr_1.x, rb_5, _e10, h_5, sc, _buffer_sizes);
+    metal::float2 _e23 = sz8_(rr_1.y, rb_5, _e10, h_5, sc, _buffer_sizes);
+    metal::float2 _e25 = sz8_(rr_1.z, rb_5, _e10, h_5, sc, _buffer_sizes);
+    metal::float2 _e27 = sz8_(rr_1.w, rb_5, _e10, h_5, sc, _buffer_sizes);
     XQ _e38 = xq(j_2, xv, p, _buffer_sizes);
     return Ld1_ {v_5, metal::float4(_e21.x, _e23.x, _e25.x, _e27.x), metal::float4(_e21.y, _e23.y, _e25.y, _e27.y), _e38};
 }
@@ -958,7 +981,7 @@ Ld1_ load1_i8_(
 metal::float4 step1_i8_(
     Ld1_ l,
     uint j_3,
-    device type_5 const& xv,
+    device type_6 const& xv,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 f = {};
@@ -992,15 +1015,16 @@ metal::float4 partial1_i8_(
     metal::uint4 rr_2,
     uint lid_2,
     device type_2 const& wq,
-    device type_5 const& xv,
+    device type_3 const& sc,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a_3 = metal::float4(0.0);
     uint j_4 = {};
     uint rb_7 = p.row_bytes;
-    uint nb_3 = naga_div(rb_7, 136u);
-    uint n_1 = 8u * nb_3;
+    uint nb_8 = naga_div(rb_7, 136u);
+    uint n_1 = 8u * nb_8;
     j_4 = lid_2;
     bool loop_init_6 = true;
     while(true) {
@@ -1017,7 +1041,7 @@ metal::float4 partial1_i8_(
         {
             metal::float4 _e15 = a_3;
             uint _e16 = j_4;
-            Ld1_ _e17 = load1_i8_(rr_2, _e16, rb_7, nb_3, wq, xv, p, _buffer_sizes);
+            Ld1_ _e17 = load1_i8_(rr_2, _e16, rb_7, nb_8, wq, sc, xv, p, _buffer_sizes);
             uint _e18 = j_4;
             metal::float4 _e19 = step1_i8_(_e17, _e18, xv, _buffer_sizes);
             a_3 = _e15 + _e19;
@@ -1031,20 +1055,21 @@ metal::float4 partial1_(
     uint row0_2,
     uint lid_3,
     device type_2 const& wq,
-    device type_5 const& xv,
+    device type_3 const& sc,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a_4 = metal::float4(0.0);
     uint j_5 = {};
     uint rb_8 = p.row_bytes;
-    uint nb_4 = naga_div(rb_8, 136u);
+    uint nb_9 = naga_div(rb_8, 136u);
     uint _e9 = p.o;
     uint last_1 = _e9 - 1u;
     metal::uint4 rr_3 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     uint _e24 = p.reserved0_;
     if (_e24 != 0u) {
-        metal::float4 _e27 = partial1_i8_(rr_3, lid_3, wq, xv, p, _buffer_sizes);
+        metal::float4 _e27 = partial1_i8_(rr_3, lid_3, wq, sc, xv, p, _buffer_sizes);
         return _e27;
     }
     j_5 = lid_3;
@@ -1056,26 +1081,26 @@ metal::float4 partial1_(
         }
         loop_init_7 = false;
         uint _e32 = j_5;
-        if (_e32 < (8u * nb_4)) {
+        if (_e32 < (8u * nb_9)) {
         } else {
             break;
         }
         {
             uint _e36 = j_5;
-            uint b_7 = naga_div(_e36, 8u);
+            uint b_9 = naga_div(_e36, 8u);
             uint _e39 = j_5;
             uint pp_3 = naga_mod(_e39, 8u);
-            uint _e42 = group(b_7, nb_4);
-            Items4_ _e43 = items4_(rr_3, rb_8, b_7, pp_3, _e42, wq, _buffer_sizes);
-            uint xi_1 = naga_div((256u * b_7) + (8u * pp_3), 4u);
-            metal::float4 xa0_1 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb0_1 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa1_1 = xv[metal::min(unsigned(xi_1 + 16u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb1_1 = xv[metal::min(unsigned(xi_1 + 17u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa2_ = xv[metal::min(unsigned(xi_1 + 32u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb2_ = xv[metal::min(unsigned(xi_1 + 33u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xa3_ = xv[metal::min(unsigned(xi_1 + 48u), (_buffer_sizes.size1 - 0 - 16) / 16)];
-            metal::float4 xb3_ = xv[metal::min(unsigned(xi_1 + 49u), (_buffer_sizes.size1 - 0 - 16) / 16)];
+            uint _e42 = group(b_9, nb_9);
+            Items4_ _e43 = items4_(rr_3, rb_8, b_9, pp_3, _e42, wq, sc, _buffer_sizes);
+            uint xi_1 = naga_div((256u * b_9) + (8u * pp_3), 4u);
+            metal::float4 xa0_1 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xb0_1 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xa1_1 = xv[metal::min(unsigned(xi_1 + 16u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xb1_1 = xv[metal::min(unsigned(xi_1 + 17u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xa2_ = xv[metal::min(unsigned(xi_1 + 32u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xb2_ = xv[metal::min(unsigned(xi_1 + 33u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xa3_ = xv[metal::min(unsigned(xi_1 + 48u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+            metal::float4 xb3_ = xv[metal::min(unsigned(xi_1 + 49u), (_buffer_sizes.size2 - 0 - 16) / 16)];
             metal::float4 one = metal::float4(1.0);
             float sx0_ = metal::dot((xa0_1 + xb0_1) + (xa1_1 + xb1_1), one);
             float sx1_ = metal::dot((xa2_ + xb2_) + (xa3_ + xb3_), one);
@@ -1120,15 +1145,16 @@ AccB partialb(
     uint row0_3,
     uint lid_4,
     device type_2 const& wq,
-    device type_5 const& xv,
+    device type_3 const& sc,
+    device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
 ) {
     AccB a_5 = {};
     uint j_6 = {};
-    uint k_4 = {};
+    uint k_6 = {};
     uint rb_9 = p.row_bytes;
-    uint nb_5 = naga_div(rb_9, 136u);
+    uint nb_10 = naga_div(rb_9, 136u);
     metal::uint4 _e7 = rows_b(row0_3, p);
     j_6 = lid_4;
     bool loop_init_8 = true;
@@ -1139,44 +1165,44 @@ AccB partialb(
         }
         loop_init_8 = false;
         uint _e10 = j_6;
-        if (_e10 < (8u * nb_5)) {
+        if (_e10 < (8u * nb_10)) {
         } else {
             break;
         }
         {
             uint _e14 = j_6;
-            uint b_8 = naga_div(_e14, 8u);
+            uint b_10 = naga_div(_e14, 8u);
             uint _e17 = j_6;
             uint pp_4 = naga_mod(_e17, 8u);
-            uint _e20 = group(b_8, nb_5);
-            Items4_ _e21 = items4_(_e7, rb_9, b_8, pp_4, _e20, wq, _buffer_sizes);
-            k_4 = 0u;
+            uint _e20 = group(b_10, nb_10);
+            Items4_ _e21 = items4_(_e7, rb_9, b_10, pp_4, _e20, wq, sc, _buffer_sizes);
+            k_6 = 0u;
             bool loop_init_9 = true;
             while(true) {
                 if (!loop_init_9) {
-                    uint _e129 = k_4;
-                    k_4 = _e129 + 1u;
+                    uint _e129 = k_6;
+                    k_6 = _e129 + 1u;
                 }
                 loop_init_9 = false;
-                uint _e24 = k_4;
+                uint _e24 = k_6;
                 if (_e24 < 4u) {
                 } else {
                     break;
                 }
                 {
-                    uint _e27 = k_4;
+                    uint _e27 = k_6;
                     uint hh = _e27 >> 1u;
                     metal::float2 _e31 = sz(_e21.h0_, hh);
                     metal::float2 _e33 = sz(_e21.h1_, hh);
                     metal::float2 _e35 = sz(_e21.h2_, hh);
                     metal::float2 _e37 = sz(_e21.h3_, hh);
-                    uint _e39 = k_4;
-                    uint _e42 = k_4;
-                    uint _e45 = k_4;
-                    uint _e48 = k_4;
+                    uint _e39 = k_6;
+                    uint _e42 = k_6;
+                    uint _e45 = k_6;
+                    uint _e48 = k_6;
                     metal::uint4 w_8 = metal::uint4(_e21.v0_[metal::min(unsigned(_e39), 3u)], _e21.v1_[metal::min(unsigned(_e42), 3u)], _e21.v2_[metal::min(unsigned(_e45), 3u)], _e21.v3_[metal::min(unsigned(_e48), 3u)]);
-                    uint _e54 = k_4;
-                    uint i_4 = ((256u * b_8) + (64u * _e54)) + (8u * pp_4);
+                    uint _e54 = k_6;
+                    uint i_4 = ((256u * b_10) + (64u * _e54)) + (8u * pp_4);
                     metal::uint4 _e61 = nibbles_lo(w_8.x);
                     metal::float4 _e62 = u2f(_e61);
                     metal::uint4 _e69 = nibbles_lo(w_8.y);
@@ -1213,15 +1239,16 @@ struct main_Input {
 , uint sgid [[simdgroup_index_in_threadgroup]]
 , uint nsg [[simdgroups_per_threadgroup]]
 , device type_2 const& wq [[buffer(0)]]
-, device type_5 const& xv [[buffer(2)]]
-, device type_6& y [[buffer(3)]]
+, device type_3 const& sc [[buffer(1)]]
+, device type_6 const& xv [[buffer(2)]]
+, device type_7& y [[buffer(3)]]
 , constant Params& p [[buffer(4)]]
-, threadgroup type_15& red
+, threadgroup type_16& red
 , constant _mslBufferSizes& _buffer_sizes [[buffer(5)]]
 ) {
-    type_7 acc = {};
-    type_7 t = {};
-    type_7 u = {};
+    type_8 acc = {};
+    type_8 t = {};
+    type_8 u = {};
     if (lid == 0u) {
         red = {};
     }
@@ -1257,7 +1284,7 @@ struct main_Input {
     }
     bool _e33 = local_1;
     if (_e33) {
-        AccB _e34 = partialb(row0_4, lid, wq, xv, p, _buffer_sizes);
+        AccB _e34 = partialb(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
         bool loop_init_10 = true;
         while(true) {
             if (!loop_init_10) {
@@ -1304,7 +1331,7 @@ struct main_Input {
                 metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
                 uint _e105 = j;
                 uint s_5 = (4u * _e105) + (lid >> 2u);
-                uint row_4 = row0_4 + (lid & 3u);
+                uint row_7 = row0_4 + (lid & 3u);
                 if (lid < 16u) {
                     local_2 = s_5 < S;
                 } else {
@@ -1334,10 +1361,10 @@ struct main_Input {
                         }
                     }
                     uint _e141 = p.o;
-                    if (row_4 < _e141) {
+                    if (row_7 < _e141) {
                         uint _e146 = p.o;
                         float _e150 = v;
-                        y[metal::min(unsigned((s_5 * _e146) + row_4), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e150;
+                        y[metal::min(unsigned((s_5 * _e146) + row_7), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e150;
                     }
                 }
                 metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
@@ -1353,7 +1380,7 @@ struct main_Input {
     }
     bool _e167 = local_3;
     if (_e167) {
-        metal::float4 _e168 = partial1_(row0_4, lid, wq, xv, p, _buffer_sizes);
+        metal::float4 _e168 = partial1_(row0_4, lid, wq, sc, xv, p, _buffer_sizes);
         metal::float4 unnamed_1 = metal::simd_sum(_e168);
         if (sgi == 0u) {
             red.inner[metal::min(unsigned(sgid), 511u)] = unnamed_1.x;
@@ -1383,7 +1410,7 @@ struct main_Input {
                 u.inner[metal::min(unsigned(_e204), 15u)] = 0.0;
             }
         }
-        partial(row0_4, lid, wq, xv, p, acc, t, u, _buffer_sizes);
+        partial(row0_4, lid, wq, sc, xv, p, acc, t, u, _buffer_sizes);
         bool loop_init_14 = true;
         while(true) {
             if (!loop_init_14) {
@@ -1428,12 +1455,12 @@ struct main_Input {
                 v_1 = _e237 + _e244;
             }
         }
-        uint row_5 = row0_4 + naga_div(lid, S);
+        uint row_8 = row0_4 + naga_div(lid, S);
         uint _e254 = p.o;
-        if (row_5 < _e254) {
+        if (row_8 < _e254) {
             uint _e261 = p.o;
             float _e265 = v_1;
-            y[metal::min(unsigned((naga_mod(lid, S) * _e261) + row_5), (_buffer_sizes.size2 - 0 - 4) / 4)] = _e265;
+            y[metal::min(unsigned((naga_mod(lid, S) * _e261) + row_8), (_buffer_sizes.size3 - 0 - 4) / 4)] = _e265;
             return;
         } else {
             return;
