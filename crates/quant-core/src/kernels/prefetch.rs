@@ -12,9 +12,9 @@
 //! (4096 bytes ahead on each of eight rows measured slower than none there: 66-75% against
 //! 76-81% for int4-g64 on [6144 x 16384]).
 //!
-//! The default is that total on Intel CPUs and no prefetch elsewhere: on AMD EPYC (Zen 3 /
-//! Zen 4) session 7's `prefetcht0` ahead of the q4_k stream measured slower (kzmm.rs), and
-//! this module's form has not been timed there. `TESSERA_PREFETCH=<bytes>` sets the total
+//! The default is that total on Intel CPUs and no prefetch elsewhere: on an AMD EPYC VM a
+//! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
+//! module's form has not been timed there. `TESSERA_PREFETCH=<bytes>` sets the total
 //! (0 turns it off), so the choice can be measured on any machine.
 
 use std::sync::OnceLock;
