@@ -546,8 +546,8 @@ pub fn pack_int8_activations_as(x: &[f32], layout: u32) -> Vec<u32> {
 /// For the formats of gemv_affine256.wgsl the binding is instead every block's inline
 /// header, back to back ([`weight_binding`] holds the payloads).
 pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
-    if let Some((header, _)) = affine_split(t.format()) {
-        return Cow::Owned(affine_part(t, 0..header));
+    if let Some((header, block)) = affine_split(t.format()) {
+        return Cow::Owned(affine_part(t, block, 0..header));
     }
     if kernel_for(t.format()).is_none_or(|k| k.file != FP8.0) {
         return Cow::Borrowed(t.scales());
@@ -573,7 +573,7 @@ pub fn scale_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
 /// payload is 16-byte aligned. The bytes moved are the same.
 pub fn weight_binding<'a>(t: &'a QTensor<'_>) -> Cow<'a, [u8]> {
     match affine_split(t.format()) {
-        Some((header, block)) => Cow::Owned(affine_part(t, header..block)),
+        Some((header, block)) => Cow::Owned(affine_part(t, block, header..block)),
         None => Cow::Borrowed(t.weights()),
     }
 }
@@ -587,9 +587,8 @@ fn affine_split(format: Format) -> Option<(usize, usize)> {
     Some((block.checked_sub(spec.block_weights as usize / 2)?, block))
 }
 
-/// The bytes `part` of every stored block of `t`, block after block.
-fn affine_part(t: &QTensor<'_>, part: std::ops::Range<usize>) -> Vec<u8> {
-    let block = t.format().spec().block_bytes as usize;
+/// The bytes `part` of every stored `block`-byte block of `t`, block after block.
+fn affine_part(t: &QTensor<'_>, block: usize, part: std::ops::Range<usize>) -> Vec<u8> {
     t.weights()
         .chunks_exact(block)
         .flat_map(|b| &b[part.clone()])

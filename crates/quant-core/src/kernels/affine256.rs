@@ -203,9 +203,7 @@ unsafe fn affine_avx512<const R: usize, const T: usize>(
     let mut acc = [[_mm512_setzero_ps(); T]; R];
     let ahead = prefetch::per_stream(R);
     for j in 0..m.blocks {
-        for r in 0..R {
-            prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
-        }
+        prefetch::rows(&rows, j * BLOCK_BYTES, BLOCK_BYTES, ahead);
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {
@@ -246,9 +244,7 @@ unsafe fn affine_avx2<const R: usize, const T: usize>(
     let mut tot = [[[_mm256_setzero_ps(); 2]; T]; R];
     let ahead = prefetch::per_stream(R);
     for j in 0..m.blocks {
-        for r in 0..R {
-            prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
-        }
+        prefetch::rows(&rows, j * BLOCK_BYTES, BLOCK_BYTES, ahead);
         // SAFETY: j < blocks: the block's 136 bytes lie inside each row.
         let blk = rows.map(|p| unsafe { p.add(j * BLOCK_BYTES) });
         for sp in 0..spans {

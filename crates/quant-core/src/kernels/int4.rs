@@ -219,9 +219,7 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     if m.gs == 0 {
         // One scale a row: accumulate straight into the totals.
         for c in 0..m.full {
-            for r in 0..R {
-                prefetch::lines(rows[r], c * CHUNK_BYTES, CHUNK_BYTES, ahead);
-            }
+            prefetch::rows(&rows, c * CHUNK_BYTES, CHUNK_BYTES, ahead);
             // SAFETY: c < full: 64 bytes from 64c lie inside each row.
             let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
             // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.
@@ -250,9 +248,7 @@ unsafe fn int4_avx512<const R: usize, const T: usize>(
     for c in 0..m.nch {
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         if c < m.full {
-            for r in 0..R {
-                prefetch::lines(rows[r], c * CHUNK_BYTES, CHUNK_BYTES, ahead);
-            }
+            prefetch::rows(&rows, c * CHUNK_BYTES, CHUNK_BYTES, ahead);
             // SAFETY: c < full: 64 bytes from 64c lie inside each row.
             let ptrs = rows.map(|p| unsafe { p.add(c * CHUNK_BYTES) });
             // SAFETY: 64 readable bytes at each pointer; padded activation rows hold chunk c.

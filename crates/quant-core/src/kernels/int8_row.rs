@@ -114,13 +114,11 @@ unsafe fn int8_avx512<const R: usize, const T: usize>(
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let mut acc = [[_mm512_setzero_ps(); T]; R];
     let ahead = prefetch::per_stream(R);
+    let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     for c in 0..m.full {
-        for r in 0..R {
-            prefetch::lines(m.t.row(o + r).as_ptr(), c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
-        }
+        prefetch::rows(&rows, c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
         // SAFETY: c < full, so the 64 bytes from 64c lie inside each row.
-        let ptrs: [*const u8; R] =
-            std::array::from_fn(|r| unsafe { m.t.row(o + r).as_ptr().add(c * PLAIN_CHUNK) });
+        let ptrs = rows.map(|p| unsafe { p.add(c * PLAIN_CHUNK) });
         // SAFETY: 64 readable bytes at each pointer; padded activation rows hold 64(c+1).
         unsafe { chunk_avx512(&mut acc, ptrs, xs, c) };
     }
@@ -183,13 +181,11 @@ unsafe fn int8_avx2<const R: usize, const T: usize>(
     let xs: [*const f32; T] = std::array::from_fn(|k| m.a.row(t0 + k).as_ptr());
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let ahead = prefetch::per_stream(R);
+    let rows: [*const u8; R] = std::array::from_fn(|r| m.t.row(o + r).as_ptr());
     for c in 0..m.full {
-        for r in 0..R {
-            prefetch::lines(m.t.row(o + r).as_ptr(), c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
-        }
+        prefetch::rows(&rows, c * PLAIN_CHUNK, PLAIN_CHUNK, ahead);
         // SAFETY: c < full, so the 64 bytes from 64c lie inside each row.
-        let ptrs: [*const u8; R] =
-            std::array::from_fn(|r| unsafe { m.t.row(o + r).as_ptr().add(c * PLAIN_CHUNK) });
+        let ptrs = rows.map(|p| unsafe { p.add(c * PLAIN_CHUNK) });
         // SAFETY: 64 readable bytes at each pointer; padded activation rows hold 64(c+1).
         unsafe { chunk_avx2(&mut acc, ptrs, xs, c) };
     }

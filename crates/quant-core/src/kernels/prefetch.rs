@@ -5,12 +5,12 @@
 //! prefetchers then leave too few lines in flight for a core to reach the read bandwidth
 //! that a plain streaming loop gets. Measured on a 2-core Intel Xeon VM (family 6 model 207,
 //! AVX-512 VNNI / BF16 / FP16, 2026-12-06, `read-pair`, the read and the GEMV alternated
-//! call by call): int4-row's int8-activation kernel on [4096 x 4096] read 52-55% of the
-//! read's speed without prefetch and 75-77% with the line 4096 bytes ahead of one row's
-//! stream; int4-g64 55-58% -> 83-87%; docs/PERF.md has the table. The distance is a total
-//! over the rows a tile streams side by side: eight rows at a time take 512 bytes each
-//! (4096 bytes ahead on each of eight rows measured slower than none there: 66-75% against
-//! 76-81% for int4-g64 on [6144 x 16384]).
+//! call by call, off and on alternated twice): int4-row's int8-activation kernel on
+//! [4096 x 4096] read 54-55% of the read's speed without prefetch and 79-83% with the line
+//! 4096 bytes ahead of its one row's stream; int4-g64 59% -> 82-84%; docs/PERF.md has the
+//! table. The distance is a total over the rows a tile streams side by side: eight rows at
+//! a time take 512 bytes each (4096 bytes ahead on each of eight rows read 66% against
+//! 76-81% without prefetch for int4-g64 on [6144 x 16384]).
 //!
 //! The default is that total on Intel CPUs and no prefetch elsewhere: on an AMD EPYC VM a
 //! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
@@ -55,7 +55,20 @@ fn is_intel() -> bool {
 /// lines; 0 means no prefetch.
 #[inline]
 pub(crate) fn per_stream(streams: usize) -> usize {
-    total() / streams.max(1) / LINE * LINE
+    share(total(), streams)
+}
+
+/// `total` bytes shared over `streams` streams, rounded down to whole lines.
+fn share(total: usize, streams: usize) -> usize {
+    total / streams.max(1) / LINE * LINE
+}
+
+/// [`lines`] for each of R rows at the same offset (the rows a tile walks side by side).
+#[inline(always)]
+pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usize, ahead: usize) {
+    for &row in rows {
+        lines(row, off, bytes, ahead);
+    }
 }
 
 /// Asks for the lines that start in `row[off..off + bytes]`, each `ahead` bytes further on
@@ -87,12 +100,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn per_stream_is_whole_lines_of_the_total() {
-        let t = total();
-        assert_eq!(per_stream(1), t / 64 * 64);
-        assert_eq!(per_stream(8), t / 8 / 64 * 64);
-        assert_eq!(per_stream(0), per_stream(1));
-        assert!(per_stream(8) <= per_stream(1));
+    fn the_total_is_shared_out_in_whole_lines() {
+        assert_eq!(share(4096, 1), 4096);
+        assert_eq!(share(4096, 8), 512);
+        assert_eq!(share(4096, 3), 1344);
+        assert_eq!(share(4096, 0), 4096);
+        assert_eq!(share(100, 1), 64);
+        assert_eq!(share(4096, 128), 0);
+        assert_eq!(share(0, 4), 0);
     }
 
     #[test]

@@ -149,9 +149,7 @@ unsafe fn q4k_rows<const R: usize>(b: &[*const u8; R], blocks: usize, a: &QActs)
         let (low6, low4, top2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
         let ahead = prefetch::per_stream(R);
         for j in 0..blocks {
-            for row in b {
-                prefetch::lines(*row, j * Q4K_BB, Q4K_BB, ahead);
-            }
+            prefetch::rows(b, j * Q4K_BB, Q4K_BB, ahead);
             let xq = q.add(256 * j);
             // Sub-blocks 4p and 4p + 2 sit at activations 128p and 128p + 64.
             let x = [

@@ -417,9 +417,7 @@ impl Int4Body<'_, '_> {
         }
         let ahead = prefetch::per_stream(R);
         for j in 0..quads {
-            for r in 0..R {
-                prefetch::lines(rows[r], 128 * j, 128, ahead);
-            }
+            prefetch::rows(&rows, 128 * j, 128, ahead);
             if g64 && j < whole {
                 for r in 0..R {
                     // A row's scales are an eighth of its weight bytes: their own stream.
