@@ -27,7 +27,7 @@
 //!
 //! No software prefetch ([`super::prefetch`]), unlike the other fused kernels: this kernel
 //! is bound by its arithmetic (11.6 GB/s a thread in L2 on the Intel VM of 2026-12-06, where
-//! two threads read 26 GB/s), and the prefetch requests took issue slots from it: `read-pair`
+//! two threads read 26-31 GB/s), and the prefetch requests took issue slots from it: `read-pair`
 //! with 4096 bytes ahead against none, alternated twice, 49-51% of the read against 55-61%
 //! on the 4096-column shapes, 61-63% against 64% on [6144 x 16384].
 
