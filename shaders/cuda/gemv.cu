@@ -1110,14 +1110,19 @@ TS_DEV void mma_scale_raw(const MArgs& a, int r0, int row, i64 kb, u32 (&sr)[Mma
     } else if constexpr (MmaFmt<FMT>::AFFINE) {
         const int nb = (int)(a.rb / 136), b = (int)(kb >> 1);
         (void)nb;  // read by TS_GROUP only under a mutation
-        const U2 hdr = *reinterpret_cast<const U2*>(a.w + (i64)row * a.rb + (i64)TS_GROUP(b, nb) * 136);
+        const u8* h = a.w + (i64)row * a.rb + (i64)TS_GROUP(b, nb) * 136;
         if constexpr (FMT == TS_FMT_HFQ4) {
+            const U2 hdr = *reinterpret_cast<const U2*>(h);
             sr[0] = hdr.x;
             sr[1] = hdr.y;
         } else {
             // mq4-v2: k-block 0 of a block holds its weights 0-127 (first pair), k-block 1
-            // weights 128-255 (second); mq4c: one pair.
-            sr[0] = (FMT == TS_FMT_MQ4_V2 && (kb & 1)) ? hdr.y : hdr.x;
+            // weights 128-255 (second); mq4c: one pair. The word is picked by its address,
+            // not by a select after an 8-byte load: the select is the load's first use, and
+            // the ring issues these loads stages ahead, so it stalled the warp for the whole
+            // DRAM latency at every load (half of ncu's stall samples, H100, session 17).
+            const int word = (FMT == TS_FMT_MQ4_V2) ? (int)(kb & 1) : 0;
+            sr[0] = *reinterpret_cast<const u32*>(h + 4 * word);
         }
     } else {
         (void)r0;
