@@ -12,15 +12,36 @@
 //! a time take 512 bytes each (4096 bytes ahead on each of eight rows read 66% against
 //! 76-81% without prefetch for int4-g64 on [6144 x 16384]).
 //!
-//! The default is that total on Intel CPUs and no prefetch elsewhere: on an AMD EPYC VM a
+//! A kernel walking one row at a time asks twice ([`ONE_STREAM`]): the line 1024 bytes ahead
+//! into L1 (`prefetcht0`) and the line 8192 bytes ahead into L2 only (`prefetcht2`). Why:
+//! one thread streamed int4-row at 8.7 GB/s against its own read's 13.9 GB/s while it
+//! computes 22 GB/s in cache (`RAYON_NUM_THREADS=1`), as if the two did not overlap; the L1
+//! prefetches alone wait in the core's few L1 miss buffers for DRAM, while a line already in
+//! L2 frees its buffer within a few cycles. Measured on the same VM (2026-12-06 07:43-07:50
+//! UTC, `read-pair`, two threads, the two forms alternated in four rounds): the
+//! int8-activation kernels of the 4096-column shapes 84.0-84.5% -> 87.9-88.0% of the read
+//! on average (int8-row 88-90 -> 96-99%, int4-row 81-82 -> 86-89%, mq4-g256-v2 77-80 -> 80-86%,
+//! fp8 80-81 -> 84-87%); distances 512-2048 near and 6144-12288 far read alike; the
+//! multi-row tiles of [6144 x 16384] did not gain from a far prefetch shared over their rows
+//! and keep the single total.
+//!
+//! The default is prefetch on Intel CPUs and none elsewhere: on an AMD EPYC VM a
 //! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
-//! module's form has not been timed there. `TESSERA_PREFETCH=<bytes>` sets the total
-//! (0 turns it off), so the choice can be measured on any machine.
+//! module's form has not been timed there. `TESSERA_PREFETCH=<bytes>` sets the total of the
+//! multi-row tiles (0 turns every prefetch off) and `TESSERA_PREFETCH_ONE=<near>,<far>` the
+//! one-row distances (`4096,0` is session 16's form), so the choice can be measured on any
+//! machine.
 
 use std::sync::OnceLock;
 
-/// Bytes ahead of a single stream on the CPUs where prefetch is on by default.
+/// Bytes ahead shared over the rows of a multi-row tile, on the CPUs where prefetch is on
+/// by default.
 const INTEL_TOTAL: usize = 4096;
+/// A one-row stream's distances where prefetch is on.
+const ONE_STREAM: Ahead = Ahead {
+    near: 1024,
+    far: 8192,
+};
 /// One cache line.
 const LINE: usize = 64;
 
@@ -51,11 +72,66 @@ fn is_intel() -> bool {
     false
 }
 
-/// The distance for each of `streams` rows walked side by side: the total shared out, whole
-/// lines; 0 means no prefetch.
+/// How far ahead of a stream's loads its lines are asked for: `near` bytes into L1
+/// (`prefetcht0`) and, where `far` is not 0, `far` bytes into L2 (`prefetcht2`). Both 0:
+/// no prefetch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Ahead {
+    pub(crate) near: usize,
+    pub(crate) far: usize,
+}
+
+impl Ahead {
+    /// No prefetch.
+    pub(crate) const OFF: Ahead = Ahead { near: 0, far: 0 };
+
+    /// Both distances over `k`, for a side stream with 1/k of the main stream's bytes (a
+    /// row's group scales).
+    pub(crate) fn over(self, k: usize) -> Ahead {
+        Ahead {
+            near: self.near / k.max(1),
+            far: self.far / k.max(1),
+        }
+    }
+}
+
+/// The one-row distances for this process: `TESSERA_PREFETCH_ONE=<near>,<far>` if set and
+/// two numbers, else [`ONE_STREAM`]. Cached.
+fn one_stream() -> Ahead {
+    static ONE: OnceLock<Ahead> = OnceLock::new();
+    *ONE.get_or_init(|| {
+        std::env::var("TESSERA_PREFETCH_ONE")
+            .ok()
+            .and_then(|v| {
+                let (n, f) = v.split_once(',')?;
+                Some(Ahead {
+                    near: n.trim().parse().ok()?,
+                    far: f.trim().parse().ok()?,
+                })
+            })
+            .unwrap_or(ONE_STREAM)
+    })
+}
+
+/// The distances for each of `streams` rows walked side by side.
 #[inline]
-pub(crate) fn per_stream(streams: usize) -> usize {
-    share(total(), streams)
+pub(crate) fn per_stream(streams: usize) -> Ahead {
+    plan(total(), one_stream(), streams)
+}
+
+/// [`per_stream`] from its inputs: nothing when `total` is 0; one stream `one`; several the
+/// total shared out in whole lines, nothing far.
+fn plan(total: usize, one: Ahead, streams: usize) -> Ahead {
+    if total == 0 {
+        Ahead::OFF
+    } else if streams <= 1 {
+        one
+    } else {
+        Ahead {
+            near: share(total, streams),
+            far: 0,
+        }
+    }
 }
 
 /// `total` bytes shared over `streams` streams, rounded down to whole lines.
@@ -65,29 +141,34 @@ fn share(total: usize, streams: usize) -> usize {
 
 /// [`lines`] for each of R rows at the same offset (the rows a tile walks side by side).
 #[inline(always)]
-pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usize, ahead: usize) {
+pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usize, ahead: Ahead) {
     for &row in rows {
         lines(row, off, bytes, ahead);
     }
 }
 
-/// Asks for the lines that start in `row[off..off + bytes]`, each `ahead` bytes further on
-/// (one request a line, so a loop that takes less than a line an iteration asks once a
-/// line); nothing when `ahead` is 0. The address need not be readable: a prefetch never
-/// faults.
+/// Asks for the lines that start in `row[off..off + bytes]`, each `ahead.near` bytes further
+/// on into L1 and, where `ahead.far` is not 0, each `ahead.far` bytes further on into L2
+/// (one request a line and distance, so a loop that takes less than a line an iteration
+/// asks once a line); nothing when both are 0. The address need not be readable: a
+/// prefetch never faults.
 #[inline(always)]
-pub(crate) fn lines(row: *const u8, off: usize, bytes: usize, ahead: usize) {
-    if ahead == 0 {
+pub(crate) fn lines(row: *const u8, off: usize, bytes: usize, ahead: Ahead) {
+    if ahead == Ahead::OFF {
         return;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2, _mm_prefetch};
         let mut k = off.next_multiple_of(LINE);
         while k < off + bytes {
             // SAFETY: prefetch is a hint: it reads nothing the program sees and never faults,
             // whatever the address; `wrapping_add` forms it without claiming it is in bounds.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(k + ahead).cast()) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(k + ahead.near).cast()) };
+            if ahead.far != 0 {
+                // SAFETY: as above.
+                unsafe { _mm_prefetch::<_MM_HINT_T2>(row.wrapping_add(k + ahead.far).cast()) };
+            }
             k += LINE;
         }
     }
@@ -111,9 +192,44 @@ mod tests {
     }
 
     #[test]
+    fn one_stream_asks_near_and_far_several_share_the_near_total() {
+        let one = Ahead {
+            near: 1024,
+            far: 8192,
+        };
+        assert_eq!(plan(4096, one, 1), one);
+        assert_eq!(plan(4096, one, 0), one);
+        assert_eq!(plan(4096, one, 2), Ahead { near: 2048, far: 0 });
+        assert_eq!(plan(4096, one, 8), Ahead { near: 512, far: 0 });
+        assert_eq!(plan(4096, one, 3), Ahead { near: 1344, far: 0 });
+        assert_eq!(plan(0, one, 1), Ahead::OFF);
+        assert_eq!(plan(0, one, 8), Ahead::OFF);
+        assert_eq!(
+            one.over(8),
+            Ahead {
+                near: 128,
+                far: 1024
+            }
+        );
+    }
+
+    #[test]
     fn lines_past_any_buffer_do_not_fault() {
         let b = [0u8; 8];
-        lines(b.as_ptr(), 0, 4096, 1 << 40);
-        lines(std::ptr::null(), 32, 128, 64);
+        let far = Ahead {
+            near: 1 << 40,
+            far: 1 << 41,
+        };
+        lines(b.as_ptr(), 0, 4096, far);
+        lines(
+            std::ptr::null(),
+            32,
+            128,
+            Ahead {
+                near: 64,
+                far: 8192,
+            },
+        );
+        lines(std::ptr::null(), 32, 128, Ahead::OFF);
     }
 }

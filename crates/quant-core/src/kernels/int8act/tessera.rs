@@ -421,7 +421,7 @@ impl Int4Body<'_, '_> {
             if g64 && j < whole {
                 for r in 0..R {
                     // A row's scales are an eighth of its weight bytes: their own stream.
-                    prefetch::lines(srow[r], 16 * j, 16, ahead / 8);
+                    prefetch::lines(srow[r], 16 * j, 16, ahead.over(8));
                     // SAFETY: quad j < whole lies in each row and its groups 4j..4j+4 in
                     // the row's scales (a whole quad is 256 weights of the row).
                     unsafe {
