@@ -12,7 +12,7 @@
 //! a time take 512 bytes each (4096 bytes ahead on each of eight rows read 66% against
 //! 76-81% without prefetch for int4-g64 on [6144 x 16384]).
 //!
-//! A kernel walking one row at a time asks twice ([`ONE_STREAM`]): the line 1024 bytes ahead
+//! A kernel walking one row at a time asks twice (`ONE_STREAM`): the line 1024 bytes ahead
 //! into L1 (`prefetcht0`) and the line 8192 bytes ahead into L2 only (`prefetcht2`). Why:
 //! one thread streamed int4-row at 8.7 GB/s against its own read's 13.9 GB/s while it
 //! computes 22 GB/s in cache (`RAYON_NUM_THREADS=1`), as if the two did not overlap; the L1
