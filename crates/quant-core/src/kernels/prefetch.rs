@@ -17,13 +17,14 @@
 //! one thread streamed int4-row at 8.7 GB/s against its own read's 13.9 GB/s while it
 //! computes 22 GB/s in cache (`RAYON_NUM_THREADS=1`), as if the two did not overlap; the L1
 //! prefetches alone wait in the core's few L1 miss buffers for DRAM, while a line already in
-//! L2 frees its buffer within a few cycles. Measured on the same VM (2026-12-06 07:43-07:50
-//! UTC, `read-pair`, two threads, the two forms alternated in four rounds): the
-//! int8-activation kernels of the 4096-column shapes 84.0-84.5% -> 87.9-88.0% of the read
-//! on average (int8-row 88-90 -> 96-99%, int4-row 81-82 -> 86-89%, mq4-g256-v2 77-80 -> 80-86%,
-//! fp8 80-81 -> 84-87%); distances 512-2048 near and 6144-12288 far read alike; the
-//! multi-row tiles of [6144 x 16384] did not gain from a far prefetch shared over their rows
-//! and keep the single total.
+//! L2 frees its buffer within a few cycles. Measured on the same VM (2026-12-06 07:52-07:56
+//! UTC, `read-pair`, two threads, `TESSERA_PREFETCH_ONE=4096,0` and this form alternated in
+//! three rounds): the int8-activation kernels' mean share of the read over the five issue
+//! formats and three shapes 83.2-84.7% -> 87.1-87.7%; on [4096 x 4096] int8-row 88-89 ->
+//! 96-98%, int4-row 84-89 -> 78-87%, int4-g64 78-86 -> 86-87%, fp8 80-81 -> 82-86%,
+//! mq4-g256-v2 77-79 -> 79-84%; [6144 x 16384] (eight-row tiles) unchanged; the exact kernels
+//! unchanged. Distances of 512-2048 near and 6144-12288 far read alike; the multi-row tiles
+//! did not gain from a far prefetch shared over their rows and keep the single total.
 //!
 //! The default is prefetch on Intel CPUs and none elsewhere: on an AMD EPYC VM a
 //! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
