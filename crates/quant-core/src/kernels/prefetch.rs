@@ -149,10 +149,9 @@ pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usi
 }
 
 /// Asks for the lines that start in `row[off..off + bytes]`, each `ahead.near` bytes further
-/// on into L1 and, where `ahead.far` is not 0, each `ahead.far` bytes further on into L2
-/// (one request a line and distance, so a loop that takes less than a line an iteration
-/// asks once a line); nothing when both are 0. The address need not be readable: a
-/// prefetch never faults.
+/// on into L1 and each `ahead.far` bytes further on into L2, a distance of 0 not at all (one
+/// request a line and distance, so a loop that takes less than a line an iteration asks once
+/// a line). The address need not be readable: a prefetch never faults.
 #[inline(always)]
 pub(crate) fn lines(row: *const u8, off: usize, bytes: usize, ahead: Ahead) {
     if ahead == Ahead::OFF {
@@ -163,9 +162,12 @@ pub(crate) fn lines(row: *const u8, off: usize, bytes: usize, ahead: Ahead) {
         use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2, _mm_prefetch};
         let mut k = off.next_multiple_of(LINE);
         while k < off + bytes {
-            // SAFETY: prefetch is a hint: it reads nothing the program sees and never faults,
-            // whatever the address; `wrapping_add` forms it without claiming it is in bounds.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(k + ahead.near).cast()) };
+            if ahead.near != 0 {
+                // SAFETY: prefetch is a hint: it reads nothing the program sees and never
+                // faults, whatever the address; `wrapping_add` forms it without claiming it is
+                // in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(k + ahead.near).cast()) };
+            }
             if ahead.far != 0 {
                 // SAFETY: as above.
                 unsafe { _mm_prefetch::<_MM_HINT_T2>(row.wrapping_add(k + ahead.far).cast()) };
