@@ -259,6 +259,16 @@ impl Decoder {
     }
 }
 
+/// The load mask of a row's last, partial chunk: its `cols % 64` codes. Past them a masked
+/// load reads nothing (AVX-512 suppresses faults on masked-off bytes) and yields code 0
+/// (+0.0), against zero activations. A mask, not a copy into a buffer: a copy inside the
+/// loop is a call, across which the accumulators leave the registers (measured on an AMD
+/// EPYC Zen 4, one thread, in cache, [256 x 16384]: 16.6 GB/s with the copy, 31 without).
+#[cfg(target_arch = "x86_64")]
+fn tail_mask(cols: usize) -> __mmask64 {
+    (1u64 << (cols % CHUNK)).wrapping_sub(1)
+}
+
 /// `y[k] = Σ_tiles scale · Σ w x̂` of one row against activation rows `k0..k0+T`.
 ///
 /// # Safety
@@ -287,15 +297,13 @@ unsafe fn fp8_row<const T: usize>(
         // Written as one flat loop (no closure: a closure's body does not take this
         // function's target features, and its intrinsics then do not inline).
         let ahead = prefetch::per_stream(1);
+        let tail = tail_mask(cols);
         for c in 0..nch {
             prefetch::lines(row.as_ptr(), CHUNK * c, CHUNK, ahead);
-            let v = if c < full {
-                _mm512_loadu_si512(row.as_ptr().add(CHUNK * c).cast())
-            } else {
-                // Past `cols` the buffer holds code 0 (+0.0) against zero activations.
-                let buf = super::super::tail_chunk::<CHUNK>(&row[CHUNK * c..]);
-                _mm512_loadu_si512(buf.as_ptr().cast())
-            };
+            let v = _mm512_maskz_loadu_epi8(
+                if c < full { !0 } else { tail },
+                row.as_ptr().add(CHUNK * c).cast(),
+            );
             let (wa, wb) = dec.bf16(v);
             for k in 0..T {
                 let xa: __m512bh =
@@ -340,18 +348,15 @@ unsafe fn fp8_rows4(rows: [&[u8]; 4], sc: &[f32], a: &QActs, tabs: &[[u8; 128]; 
         let mut total = [_mm512_setzero_ps(); 4];
         let mut acc = [[_mm512_setzero_ps(); 2]; 4];
         let ahead = prefetch::per_stream(4);
+        let tail = tail_mask(cols);
         for c in 0..nch {
             let xa: __m512bh = std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c).cast()));
             let xb: __m512bh =
                 std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c + 32).cast()));
             for r in 0..4 {
                 prefetch::lines(rows[r].as_ptr(), CHUNK * c, CHUNK, ahead);
-                let v = if c < full {
-                    _mm512_loadu_si512(rows[r].as_ptr().add(CHUNK * c).cast())
-                } else {
-                    let buf = super::super::tail_chunk::<CHUNK>(&rows[r][CHUNK * c..]);
-                    _mm512_loadu_si512(buf.as_ptr().cast())
-                };
+                let m = if c < full { !0 } else { tail };
+                let v = _mm512_maskz_loadu_epi8(m, rows[r].as_ptr().add(CHUNK * c).cast());
                 let (wa, wb) = dec.bf16(v);
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], wa, xa);
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], wb, xb);
