@@ -67,6 +67,7 @@ mod fp8_bf16;
 mod ggml;
 mod kzmm;
 mod lines;
+mod panels;
 mod tessera;
 #[cfg(test)]
 mod tests;

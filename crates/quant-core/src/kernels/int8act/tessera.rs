@@ -28,6 +28,7 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
+use super::panels::in_panels;
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -183,7 +184,16 @@ impl Int8Kernel for Int4Q {
         n: usize,
         out: &mut [f32],
     ) {
-        QDriver(self.body(t, a)).run(level, row0, n, out);
+        let body = self.body(t, a);
+        if body.gs.is_multiple_of(64) {
+            // The quads walk whole 256-weight units: long rows go in column panels.
+            let units = body.chunks.div_ceil(4);
+            in_panels(units, a.s, out, |q0, q1, out| {
+                QDriver(self.body(t, a).window(q0, q1)).run(level, row0, n, out)
+            });
+        } else {
+            QDriver(body).run(level, row0, n, out);
+        }
     }
 }
 
@@ -228,6 +238,7 @@ impl Int4Q {
             quad_groups,
             qperiod,
             quad_step: 256usize.checked_div(gs).unwrap_or(0),
+            quads: 0..cols.div_ceil(256),
         }
     }
 }
@@ -253,6 +264,8 @@ struct Int4Body<'a, 'b> {
     qperiod: usize,
     /// Groups a quad advances by when `qperiod == 1` (gs 64, 128, 256: 4, 2, 1).
     quad_step: usize,
+    /// [`Int4Body::quads`]: the quads walked (all of them, or one column panel's).
+    quads: std::ops::Range<usize>,
 }
 
 /// The longest period of lane-to-group patterns over the group sizes (48 and 96 give 3 per
@@ -264,6 +277,25 @@ fn gcd(a: usize, b: usize) -> usize {
 }
 
 impl Int4Body<'_, '_> {
+    /// How far ahead each of R rows asks for its lines: a column panel's distances, or the
+    /// whole row's.
+    #[inline(always)]
+    fn ahead<const R: usize>(&self) -> prefetch::Ahead {
+        if self.quads.len() < self.chunks.div_ceil(4) {
+            prefetch::panel_stream(self.t.row_bytes())
+        } else {
+            prefetch::per_stream(R)
+        }
+    }
+
+    /// The body over quads `q0..q1` only (a column panel; gs a multiple of 64).
+    fn window(self, q0: usize, q1: usize) -> Self {
+        Int4Body {
+            quads: q0..q1,
+            ..self
+        }
+    }
+
     #[inline(always)]
     fn scale(&self, o: usize, g: usize) -> f32 {
         read_f32(self.t.scales(), 4 * (o * self.ng + g.min(self.ng - 1)))
@@ -394,14 +426,17 @@ impl Int4Body<'_, '_> {
         // multiple of 256 values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let whole = self.full / 4;
-        let quads = self.chunks.div_ceil(4);
         let scales = self.t.scales().as_ptr();
         // SAFETY: as above.
         let mut sv = [unsafe { Q::fzero() }; R];
         let mut w = [std::ptr::null::<u8>(); R];
-        // The quad's first group and pattern phase, advanced by counting (a division per
-        // quad would cost as much as a chunk's dots).
-        let (mut g, mut rem, mut phase) = (0usize, 0usize, 0usize);
+        // The quad's first group, its offset in that group and the pattern phase, advanced
+        // by counting (a division per quad would cost as much as a chunk's dots).
+        let q0 = self.quads.start;
+        let (mut g, mut rem, mut phase) = match self.gs {
+            0 => (0, 0, 0),
+            gs => (256 * q0 / gs, 256 * q0 % gs, q0 % self.qperiod),
+        };
         let nscales = self.t.scales().len() / 4;
         // The last quad's zero-padded copies (zeroed once, not every quad).
         let mut bufs = [[0u8; 128]; R];
@@ -415,8 +450,8 @@ impl Int4Body<'_, '_> {
                 srow[r] = unsafe { scales.add(4 * (o + r) * self.ng) };
             }
         }
-        let ahead = prefetch::per_stream(R);
-        for j in 0..quads {
+        let ahead = self.ahead::<R>();
+        for j in self.quads.clone() {
             prefetch::rows(&rows, 128 * j, 128, ahead);
             if g64 && j < whole {
                 for r in 0..R {
@@ -623,7 +658,8 @@ impl QBody for Int4Body<'_, '_> {
         self.t.rows()
     }
     fn cols(&self) -> usize {
-        self.t.cols()
+        // The panel's width decides whether rows go one at a time.
+        (256 * self.quads.len()).min(self.t.cols())
     }
     fn batch(&self) -> usize {
         self.a.s
@@ -660,17 +696,24 @@ impl Int8Kernel for AffineQ {
         n: usize,
         out: &mut [f32],
     ) {
-        QDriver(self.body(t, a)).run(level, row0, n, out);
+        in_panels(t.cols() / 256, a.s, out, |b0, b1, out| {
+            QDriver(self.body(t, a, b0..b1)).run(level, row0, n, out)
+        });
     }
 }
 
 impl AffineQ {
-    fn body<'a, 'b>(&self, t: &'a QTensor<'b>, a: &'a QActs) -> AffineBody<'a, 'b> {
+    fn body<'a, 'b>(
+        &self,
+        t: &'a QTensor<'b>,
+        a: &'a QActs,
+        blocks: std::ops::Range<usize>,
+    ) -> AffineBody<'a, 'b> {
         AffineBody {
             t,
             a,
             header: self.0,
-            blocks: t.cols() / 256,
+            blocks,
         }
     }
 }
@@ -679,14 +722,27 @@ struct AffineBody<'a, 'b> {
     t: &'a QTensor<'b>,
     a: &'a QActs,
     header: Header,
-    /// 256-weight blocks a row (I % 256 == 0 is checked by `QTensor::new`).
-    blocks: usize,
+    /// The 256-weight blocks walked: all of a row's (I % 256 == 0 is checked by
+    /// `QTensor::new`), or one column panel's.
+    blocks: std::ops::Range<usize>,
 }
 
 /// Bytes of one block, header included.
 const BLOCK_BYTES: usize = 136;
 /// Bytes before the nibbles.
 const HEADER_BYTES: usize = 8;
+
+impl AffineBody<'_, '_> {
+    /// As [`Int4Body::ahead`].
+    #[inline(always)]
+    fn ahead<const R: usize>(&self) -> prefetch::Ahead {
+        if self.blocks.len() < self.t.cols() / 256 {
+            prefetch::panel_stream(self.t.row_bytes())
+        } else {
+            prefetch::per_stream(R)
+        }
+    }
+}
 
 impl QBody for AffineBody<'_, '_> {
     /// Eight rows share each activation load on long rows (measured: mq4-g256-v2
@@ -731,8 +787,8 @@ impl QBody for AffineBody<'_, '_> {
             let mut zacc = [[Q::fzero(); T]; R];
             let mut blk = [std::ptr::null::<u8>(); R];
             let (mut sv, mut zv) = ([Q::fzero(); R], [Q::fzero(); R]);
-            let ahead = prefetch::per_stream(R);
-            for j in 0..self.blocks {
+            let ahead = self.ahead::<R>();
+            for j in self.blocks.clone() {
                 for r in 0..R {
                     prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
                     let h = rows[r].add(j * BLOCK_BYTES);
@@ -765,7 +821,7 @@ impl QBody for AffineBody<'_, '_> {
         self.t.rows()
     }
     fn cols(&self) -> usize {
-        self.t.cols()
+        256 * self.blocks.len()
     }
     fn batch(&self) -> usize {
         self.a.s
@@ -802,7 +858,7 @@ mod tile_policy {
             }
             Format::Mq4G256V2 => {
                 let a = QActs::new(MQ4_V2.layout(), &x, 1, cols);
-                tiles(&QDriver(MQ4_V2.body(&t, &a)))
+                tiles(&QDriver(MQ4_V2.body(&t, &a, 0..cols / 256)))
             }
             _ => {
                 let a = QActs::new(INT4.layout(), &x, 1, cols);

@@ -31,7 +31,8 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
     let spec = f.spec();
     if spec.whole_blocks_only {
         let bw = spec.block_weights as usize;
-        // 8448 columns: past ONE_ROW_MAX_COLS, so the four-row tiles run too.
+        // 8448 columns: past ONE_ROW_MAX_COLS, so the four-row tiles and (S = 1) two
+        // column panels run too; 16896 three panels.
         return vec![
             (1, bw),
             (7, 2 * bw),
@@ -39,6 +40,7 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
             (37, 1024),
             (3, 2048),
             (9, 8448),
+            (3, 16896),
         ];
     }
     let g = spec.group_size().unwrap_or(64) as usize;
@@ -53,8 +55,10 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
         (131, 200),
         (2, 1000),
         (37, 2048),
-        // Past ONE_ROW_MAX_COLS: the four-row tiles, with a partial last chunk.
+        // Past ONE_ROW_MAX_COLS: the four-row tiles and two column panels, with a partial
+        // last chunk; then three panels.
         (9, 8448 + g + 3),
+        (3, 16896 + g + 3),
     ]
 }
 

@@ -1,0 +1,91 @@
+//! Column panels: a long row at S = 1 walked as several shorter ones. The rows of a task
+//! are streamed one at a time over the first `≤ ONE_ROW_MAX_COLS` columns, then over the
+//! next, and the panels' sums added; each panel's activations stay in L1 while every row
+//! of the task streams past them, where a whole long row's would not.
+//!
+//! Why: on a 2-core AMD EPYC (Zen 4) VM (2026-12-06 11:40 UTC, `read-pair`, the int8
+//! activation kernels, share of the read's speed) rows of 8192 columns one at a time read
+//! 94-96% (int4-g64 [12288 x 8192] 93.7%, mq4-g256-v2 95.8%, int4-row 94.9%) while the
+//! eight-row tiles of 16384-column rows read 77-79% (int4-g64 and mq4-g256-v2 on
+//! [6144 x 16384]): the same bytes, walked as 8192-column panels, run as the short rows do.
+
+use super::ONE_ROW_MAX_COLS;
+
+/// Weights in one panel unit: the 256-weight quads and blocks the panelled bodies walk.
+pub(crate) const UNIT: usize = 256;
+
+/// Calls `f(u0, u1, out)` for each panel `u0..u1` of the `units` 256-weight units of a row,
+/// adding the panels' outputs into `out` (the first panel writes it). A single panel (the
+/// whole row) where `s > 1` or the row is no longer than [`ONE_ROW_MAX_COLS`]. Panels are
+/// as even as whole units allow.
+pub(crate) fn in_panels(
+    units: usize,
+    s: usize,
+    out: &mut [f32],
+    mut f: impl FnMut(usize, usize, &mut [f32]),
+) {
+    let max = ONE_ROW_MAX_COLS / UNIT;
+    if s != 1 || units <= max {
+        f(0, units, out);
+        return;
+    }
+    let width = units.div_ceil(units.div_ceil(max));
+    f(0, width, out);
+    let mut part = vec![0f32; out.len()];
+    let mut u0 = width;
+    while u0 < units {
+        let u1 = (u0 + width).min(units);
+        f(u0, u1, &mut part);
+        for (o, p) in out.iter_mut().zip(&part) {
+            *o += p;
+        }
+        u0 = u1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The panels `in_panels` hands out for `units` at S = `s`.
+    fn panels(units: usize, s: usize) -> Vec<(usize, usize)> {
+        let mut seen = Vec::new();
+        in_panels(units, s, &mut [0f32; 1], |a, b, _| seen.push((a, b)));
+        seen
+    }
+
+    #[test]
+    fn long_rows_at_s1_split_evenly_short_rows_and_batches_do_not() {
+        let max = ONE_ROW_MAX_COLS / UNIT;
+        assert_eq!(panels(max, 1), vec![(0, max)]);
+        assert_eq!(panels(2 * max, 4), vec![(0, 2 * max)]);
+        assert_eq!(panels(2 * max, 1), vec![(0, max), (max, 2 * max)]);
+        // 14336 columns: 56 units, two panels of 28.
+        assert_eq!(panels(56, 1), vec![(0, 28), (28, 56)]);
+        // One unit past the limit: two panels, the second one shorter.
+        assert_eq!(
+            panels(max + 1, 1),
+            vec![(0, max / 2 + 1), (max / 2 + 1, max + 1)]
+        );
+        for units in [1, 7, max, max + 1, 3 * max + 5, 200] {
+            let p = panels(units, 1);
+            assert_eq!(p[0].0, 0);
+            assert_eq!(p.last().unwrap().1, units);
+            assert!(p.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+            assert!(p.iter().all(|(a, b)| b - a <= max));
+        }
+    }
+
+    #[test]
+    fn the_panels_outputs_are_added() {
+        let mut out = [0f32; 3];
+        in_panels(3 * ONE_ROW_MAX_COLS / UNIT, 1, &mut out, |a, b, o| {
+            for (i, v) in o.iter_mut().enumerate() {
+                *v = (a + b + i) as f32;
+            }
+        });
+        let max = ONE_ROW_MAX_COLS / UNIT;
+        let sum = |i: usize| (0..3).map(|p| (2 * p * max + max + i) as f32).sum::<f32>();
+        assert_eq!(out, [sum(0), sum(1), sum(2)]);
+    }
+}
