@@ -28,7 +28,7 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
-use super::panels::in_panels;
+use super::panels::{UNIT, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -50,17 +50,27 @@ impl Int8Kernel for Int8RowQ {
         n: usize,
         out: &mut [f32],
     ) {
-        QDriver(self.body(t, a)).run(level, row0, n, out);
+        in_panels(t.cols().div_ceil(UNIT), a.s, out, |u0, u1, out| {
+            let all = t.cols().div_ceil(32);
+            let walk = 8 * u0..(8 * u1).min(all);
+            QDriver(self.body(t, a, walk)).run(level, row0, n, out)
+        });
     }
 }
 
 impl Int8RowQ {
-    fn body<'a, 'b>(&self, t: &'a QTensor<'b>, a: &'a QActs) -> Int8Body<'a, 'b> {
+    fn body<'a, 'b>(
+        &self,
+        t: &'a QTensor<'b>,
+        a: &'a QActs,
+        walk: std::ops::Range<usize>,
+    ) -> Int8Body<'a, 'b> {
         Int8Body {
             t,
             a,
             full: t.cols() / 32,
             blocks: t.cols().div_ceil(32),
+            walk,
         }
     }
 }
@@ -72,6 +82,8 @@ struct Int8Body<'a, 'b> {
     full: usize,
     /// Blocks a row, a partial one included.
     blocks: usize,
+    /// The blocks walked: all of them, or one column panel's.
+    walk: std::ops::Range<usize>,
 }
 
 impl Int8Body<'_, '_> {
@@ -129,8 +141,12 @@ impl QBody for Int8Body<'_, '_> {
         // padded past `blocks * 32` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
-        let ahead = prefetch::per_stream(R);
-        for j in 0..self.full {
+        let ahead = if self.walk.len() < self.blocks {
+            prefetch::panel_stream(self.t.row_bytes())
+        } else {
+            prefetch::per_stream(R)
+        };
+        for j in self.walk.start..self.walk.end.min(self.full) {
             for r in 0..R {
                 prefetch::lines(rows[r], 32 * j, 32, ahead);
                 // SAFETY: see above.
@@ -139,7 +155,7 @@ impl QBody for Int8Body<'_, '_> {
             // SAFETY: see above.
             unsafe { self.block::<Q, R, T>(&w, j, &xq, &xd, &mut acc) };
         }
-        if self.full < self.blocks {
+        if self.full < self.walk.end {
             let mut bufs = [[0u8; 32]; R];
             for r in 0..R {
                 bufs[r] = tail_chunk(&self.t.row(o + r)[32 * self.full..]);
@@ -160,7 +176,8 @@ impl QBody for Int8Body<'_, '_> {
         self.t.rows()
     }
     fn cols(&self) -> usize {
-        self.t.cols()
+        // The panel's width decides whether rows go one at a time.
+        (32 * self.walk.len()).min(self.t.cols())
     }
     fn batch(&self) -> usize {
         self.a.s
@@ -854,7 +871,7 @@ mod tile_policy {
         match format {
             Format::Int8Row => {
                 let a = QActs::new(INT8_ROW.layout(), &x, 1, cols);
-                tiles(&QDriver(INT8_ROW.body(&t, &a)))
+                tiles(&QDriver(INT8_ROW.body(&t, &a, 0..cols.div_ceil(32))))
             }
             Format::Mq4G256V2 => {
                 let a = QActs::new(MQ4_V2.layout(), &x, 1, cols);

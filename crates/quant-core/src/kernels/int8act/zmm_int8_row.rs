@@ -1,10 +1,10 @@
 //! A 512-bit single-activation-row (S = 1) int8-activation kernel of int8-row, run at
-//! [`SimdLevel::Avx512Vnni`] on rows of at most [`ONE_ROW_MAX_COLS`] weights in place of the
-//! generic [`super::tessera`] body; every other level, S > 1 and longer rows go to that body
-//! (its four-row tiles: a 16384-column row's activation-side numbers, 34 KB, no longer fit
-//! L1 next to the stream: on [6144 x 16384] one row at a time ran at 42% of a same-seconds
-//! read of its bytes (`xtask/candle-pair` read-pair, 2026-11-30 06:32 UTC), the four-row
-//! tiles at 90% (06:42).
+//! [`SimdLevel::Avx512Vnni`] in place of the generic [`super::tessera`] body; every other
+//! level and S > 1 go to that body. Rows longer than [`super::ONE_ROW_MAX_COLS`] go in
+//! column panels ([`super::panels`]): a 16384-column row's activation-side numbers, 34 KB,
+//! no longer fit L1 next to the stream (on [6144 x 16384] one whole row at a time ran at
+//! 42% of a same-seconds read of its bytes, `xtask/candle-pair` read-pair, 2026-11-30
+//! 06:32 UTC).
 //!
 //! The generic body spends, per 32 weights, a 256-bit load, the `|q|` / `x·sign(q)` pair,
 //! one `vpdpbusd`, a broadcast of the block's step, a conversion and an FMA. Here one
@@ -17,7 +17,8 @@
 //! bound of [`super`] holds unchanged.
 
 use super::super::SimdLevel;
-use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
+use super::panels::{UNIT, in_panels};
+use super::{Int8Kernel, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -51,36 +52,50 @@ impl Int8Kernel for ZmmInt8Row {
         out: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if a.s == 1
-            && level == SimdLevel::Avx512Vnni
-            && t.cols() <= ONE_ROW_MAX_COLS
-            && n <= out.len()
-        {
+        if a.s == 1 && level == SimdLevel::Avx512Vnni && n <= out.len() {
             let cols = t.cols();
-            for (r, y) in out[..n].iter_mut().enumerate() {
-                let row = t.row(row0 + r);
-                let scale = read_f32(t.scales(), 4 * (row0 + r));
-                // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so
-                // AVX-512 F/BW/VL/VNNI are present; `row` holds `cols` bytes (int8-row's row
-                // length); the activation row is padded to a multiple of 256 values, with one
-                // step and 8 offsets per 32 of them (`QActs::new`), which covers
-                // `cols.div_ceil(64)` chunks.
-                *y = unsafe { int8_row(row, cols, a) } * scale;
-            }
+            let nch = cols.div_ceil(CHUNK);
+            let units = cols.div_ceil(UNIT);
+            in_panels(units, 1, &mut out[..n], |u0, u1, out| {
+                let per = UNIT / CHUNK;
+                let walk = per * u0..(per * u1).min(nch);
+                let ahead = if u1 - u0 < units {
+                    super::super::prefetch::panel_stream(t.row_bytes())
+                } else {
+                    super::super::prefetch::per_stream(1)
+                };
+                for (r, y) in out.iter_mut().enumerate() {
+                    let row = t.row(row0 + r);
+                    let scale = read_f32(t.scales(), 4 * (row0 + r));
+                    // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so
+                    // AVX-512 F/BW/VL/VNNI are present; `row` holds `cols` bytes (int8-row's
+                    // row length); the activation row is padded to a multiple of 256 values,
+                    // with one step and 8 offsets per 32 of them (`QActs::new`), which
+                    // covers `cols.div_ceil(64)` chunks, and `walk` ends there.
+                    *y = unsafe { int8_row(row, cols, a, walk.clone(), ahead) } * scale;
+                }
+            });
             return;
         }
         self.fallback.dot_rows(level, t, a, row0, n, out)
     }
 }
 
-/// `Σ_b Δ_b Σ_{i∈b} q_i x̂_i` over one row of `cols` int8 codes, against activation row 0.
+/// `Σ_b Δ_b Σ_{i∈b} q_i x̂_i` over the 64-weight chunks `walk` of one row of `cols` int8
+/// codes, against activation row 0, each line asked for `ahead`.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI present; `row.len() >= cols`; `a` is padded past
-/// `64 · cols.div_ceil(64)` values (row 0).
+/// AVX-512 F/BW/VL/VNNI present; `row.len() >= cols`; `walk.end <= cols.div_ceil(64)`; `a`
+/// is padded past `64 · cols.div_ceil(64)` values (row 0).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn int8_row(row: &[u8], cols: usize, a: &QActs) -> f32 {
+unsafe fn int8_row(
+    row: &[u8],
+    cols: usize,
+    a: &QActs,
+    walk: std::ops::Range<usize>,
+    ahead: super::super::prefetch::Ahead,
+) -> f32 {
     let (q, d, off) = (a.q(0), a.d(0), a.off8n(0));
     let flip = _mm512_set1_epi8(0x80u8 as i8);
     // Lanes 0..8 take the step in position 0 of a loaded pair, lanes 8..16 position 1.
@@ -99,14 +114,13 @@ unsafe fn int8_row(row: &[u8], cols: usize, a: &QActs) -> f32 {
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), step, *acc);
         }
     };
-    let ahead = super::super::prefetch::per_stream(1);
-    for c in 0..full {
+    for c in walk.start..walk.end.min(full) {
         super::super::prefetch::lines(row.as_ptr(), CHUNK * c, CHUNK, ahead);
         // SAFETY: c < full: 64 bytes from 64c lie inside the row.
         let v = unsafe { _mm512_loadu_si512(row.as_ptr().add(CHUNK * c).cast()) };
         chunk(c, v, &mut acc[c % 4]);
     }
-    if full * CHUNK < cols {
+    if full * CHUNK < cols && walk.end > full {
         // Past `cols` the buffer holds zero codes, which `q + 128` turns into 128 against
         // zero activations, and the offsets there are zero.
         let buf = super::super::tail_chunk::<CHUNK>(&row[full * CHUNK..cols]);
