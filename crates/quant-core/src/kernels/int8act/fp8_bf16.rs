@@ -38,7 +38,8 @@
 use super::super::SimdLevel;
 use super::super::fp8::{e4m3_decode, ue8m0_decode};
 use super::super::prefetch;
-use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
+use super::panels::{UNIT, in_panels};
+use super::{Int8Kernel, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::registry::ScaleEncoding;
 use crate::tensor::QTensor;
@@ -140,51 +141,56 @@ impl Int8Kernel for Fp8Bf16 {
         #[cfg(target_arch = "x86_64")]
         if runs_at(level) {
             let tabs = tables();
-            let mut sc = vec![0f32; tiles];
-            let mut band = usize::MAX;
-            // Long rows at S = 1 go four at a time: a row's bf16 activations (2 bytes a
-            // weight) no longer fit L1 beside the stream past ONE_ROW_MAX_COLS, and one row
-            // at a time re-read them from L2 for every row (measured: [6144 x 16384] 4855
-            // us against the exact kernel's 3969, 2026-11-30 10:22 UTC).
-            let four = a.s == 1 && t.cols() > ONE_ROW_MAX_COLS;
-            let mut r = 0;
-            while r < n {
-                let o = row0 + r;
-                // Rows of one 128-row band share their tile scales.
-                if o / TILE != band {
-                    band = o / TILE;
-                    for (tile, v) in sc.iter_mut().enumerate() {
-                        *v = scale(o, tile);
-                    }
-                }
-                if four && r + 4 <= n && (o + 3) / TILE == band {
-                    let rows = [t.row(o), t.row(o + 1), t.row(o + 2), t.row(o + 3)];
-                    // SAFETY: as below, for four rows of `cols` bytes each, all in one
-                    // 128-row band (so `sc` is each one's scales); `out[r..r + 4]` exists
-                    // (r + 4 <= n, S = 1).
-                    unsafe { fp8_rows4(rows, &sc, a, &tabs, &mut out[r..r + 4]) };
-                    r += 4;
-                    continue;
-                }
-                let mut k = 0;
-                while k < a.s {
-                    let y = &mut out[r * a.s + k..];
-                    // SAFETY: `runs_at` checked AVX-512 F/BW, BF16 and VBMI; the row holds
-                    // `cols` bytes; every activation row is padded to a multiple of 256
-                    // values (`QActs::new`), which covers `cols.div_ceil(64)` chunks; `sc`
-                    // holds one scale per tile; `y` has room for the `T` outputs.
-                    unsafe {
-                        match a.s - k {
-                            1 => fp8_row::<1>(t.row(o), &sc, a, k, &tabs, y),
-                            2 => fp8_row::<2>(t.row(o), &sc, a, k, &tabs, y),
-                            3 => fp8_row::<3>(t.row(o), &sc, a, k, &tabs, y),
-                            _ => fp8_row::<4>(t.row(o), &sc, a, k, &tabs, y),
+            let nch = t.cols().div_ceil(CHUNK);
+            // Rows `row0..row0 + n` over the chunks `walk` into `out`, each line asked for
+            // `ahead`.
+            let walk_rows =
+                |walk: std::ops::Range<usize>, ahead: prefetch::Ahead, out: &mut [f32]| {
+                    let mut sc = vec![0f32; tiles];
+                    let mut band = usize::MAX;
+                    for r in 0..n {
+                        let o = row0 + r;
+                        // Rows of one 128-row band share their tile scales.
+                        if o / TILE != band {
+                            band = o / TILE;
+                            for (tile, v) in sc.iter_mut().enumerate() {
+                                *v = scale(o, tile);
+                            }
+                        }
+                        let mut k = 0;
+                        while k < a.s {
+                            let y = &mut out[r * a.s + k..];
+                            let w = walk.clone();
+                            // SAFETY: `runs_at` checked AVX-512 F/BW, BF16 and VBMI; the row
+                            // holds `cols` bytes; every activation row is padded to a multiple
+                            // of 256 values (`QActs::new`), which covers `cols.div_ceil(64)`
+                            // chunks, where `walk` ends; `sc` holds one scale per tile; `y` has
+                            // room for the `T` outputs.
+                            unsafe {
+                                match a.s - k {
+                                    1 => fp8_row::<1>(t.row(o), &sc, a, k, &tabs, w, ahead, y),
+                                    2 => fp8_row::<2>(t.row(o), &sc, a, k, &tabs, w, ahead, y),
+                                    3 => fp8_row::<3>(t.row(o), &sc, a, k, &tabs, w, ahead, y),
+                                    _ => fp8_row::<4>(t.row(o), &sc, a, k, &tabs, w, ahead, y),
+                                }
+                            }
+                            k += 4;
                         }
                     }
-                    k += 4;
-                }
-                r += 1;
-            }
+                };
+            // Long rows at S = 1 go in column panels ([`super::panels`]): a row's bf16
+            // activations (2 bytes a weight) no longer fit L1 beside the stream past
+            // ONE_ROW_MAX_COLS.
+            let units = t.cols().div_ceil(UNIT);
+            in_panels(units, a.s, &mut out[..n * a.s], |u0, u1, out| {
+                let per = UNIT / CHUNK;
+                let ahead = if u1 - u0 < units {
+                    prefetch::panel_stream(t.row_bytes())
+                } else {
+                    prefetch::per_stream(1)
+                };
+                walk_rows(per * u0..(per * u1).min(nch), ahead, out)
+            });
             return;
         }
         // Not reached through `gemm_with_at` (which runs the exact kernel where `runs_at`
@@ -269,20 +275,25 @@ fn tail_mask(cols: usize) -> __mmask64 {
     (1u64 << (cols % CHUNK)).wrapping_sub(1)
 }
 
-/// `y[k] = Σ_tiles scale · Σ w x̂` of one row against activation rows `k0..k0+T`.
+/// `y[k] = Σ_tiles scale · Σ w x̂` over the 64-code chunks `walk` of one row (a column
+/// panel's, whose ends are multiples of 4 chunks or the row's end, so no tile is split)
+/// against activation rows `k0..k0+T`, each line asked for `ahead`.
 ///
 /// # Safety
 /// AVX-512 F/BW, BF16 and VBMI present; `row` holds the row's codes; the activation rows are
-/// padded past `64 · row.len().div_ceil(64)` values; `sc` holds one scale per 128 codes;
-/// `y` holds `T` outputs.
+/// padded past `64 · row.len().div_ceil(64)` values, where `walk` ends at the latest; `sc`
+/// holds one scale per 128 codes; `y` holds `T` outputs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn fp8_row<const T: usize>(
     row: &[u8],
     sc: &[f32],
     a: &QActs,
     k0: usize,
     tabs: &[[u8; 128]; 2],
+    walk: std::ops::Range<usize>,
+    ahead: prefetch::Ahead,
     y: &mut [f32],
 ) {
     // SAFETY: the caller's contract; the tables are 128 bytes each.
@@ -296,9 +307,8 @@ unsafe fn fp8_row<const T: usize>(
         let mut acc = [[_mm512_setzero_ps(); 2]; T];
         // Written as one flat loop (no closure: a closure's body does not take this
         // function's target features, and its intrinsics then do not inline).
-        let ahead = prefetch::per_stream(1);
         let tail = tail_mask(cols);
-        for c in 0..nch {
+        for c in walk {
             prefetch::lines(row.as_ptr(), CHUNK * c, CHUNK, ahead);
             let v = _mm512_maskz_loadu_epi8(
                 if c < full { !0 } else { tail },
@@ -324,53 +334,6 @@ unsafe fn fp8_row<const T: usize>(
         }
         for k in 0..T {
             y[k] = _mm512_reduce_add_ps(total[k]);
-        }
-    }
-}
-
-/// `y[r] = Σ_tiles scale · Σ w x̂` of four rows against activation row 0 (S = 1): each
-/// activation vector is loaded once for the four rows.
-///
-/// # Safety
-/// AVX-512 F/BW, BF16 and VBMI present; each row holds the same number of codes; the
-/// activation row is padded past `64 · cols.div_ceil(64)` values; `sc` holds one scale per
-/// 128 codes, shared by the four rows; `y` holds 4 outputs.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512bf16")]
-unsafe fn fp8_rows4(rows: [&[u8]; 4], sc: &[f32], a: &QActs, tabs: &[[u8; 128]; 2], y: &mut [f32]) {
-    // SAFETY: the caller's contract; the tables are 128 bytes each.
-    unsafe {
-        let dec = Decoder::new(tabs);
-        let x = a.xb(0).as_ptr();
-        let cols = rows[0].len();
-        let full = cols / CHUNK;
-        let nch = cols.div_ceil(CHUNK);
-        let mut total = [_mm512_setzero_ps(); 4];
-        let mut acc = [[_mm512_setzero_ps(); 2]; 4];
-        let ahead = prefetch::per_stream(4);
-        let tail = tail_mask(cols);
-        for c in 0..nch {
-            let xa: __m512bh = std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c).cast()));
-            let xb: __m512bh =
-                std::mem::transmute(_mm512_loadu_si512(x.add(CHUNK * c + 32).cast()));
-            for r in 0..4 {
-                prefetch::lines(rows[r].as_ptr(), CHUNK * c, CHUNK, ahead);
-                let m = if c < full { !0 } else { tail };
-                let v = _mm512_maskz_loadu_epi8(m, rows[r].as_ptr().add(CHUNK * c).cast());
-                let (wa, wb) = dec.bf16(v);
-                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], wa, xa);
-                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], wb, xb);
-            }
-            if c % 2 == 1 || c + 1 == nch {
-                let s = _mm512_set1_ps(sc[c / 2]);
-                for r in 0..4 {
-                    total[r] = _mm512_fmadd_ps(_mm512_add_ps(acc[r][0], acc[r][1]), s, total[r]);
-                    acc[r] = [_mm512_setzero_ps(); 2];
-                }
-            }
-        }
-        for r in 0..4 {
-            y[r] = _mm512_reduce_add_ps(total[r]);
         }
     }
 }

@@ -418,11 +418,10 @@ fn fp8_scalar_twin_computes_the_rounded_product() {
     }
 }
 
-/// fp8's four-row S = 1 body (rows past ONE_ROW_MAX_COLS), with groups of four that cross a
-/// 128-row scale band (rows 124..132 start at 125: the group at 125 crosses) and a partial
-/// last chunk.
+/// fp8's long rows at S = 1 (past ONE_ROW_MAX_COLS: column panels), on row ranges that
+/// cross a 128-row scale band (rows 124..132 start at 125) and with a partial last chunk.
 #[test]
-fn fp8_long_rows_four_at_a_time_match_the_rounded_product() {
+fn fp8_long_rows_in_panels_match_the_rounded_product() {
     if !has_int8_activations(Format::Fp8E4m3B128) {
         eprintln!("skipped: this CPU has no AVX-512 BF16 + VBMI (fp8 runs the exact kernel)");
         return;
