@@ -59,7 +59,7 @@ pub fn total() -> usize {
 }
 
 /// Whether the CPU says "GenuineIntel".
-fn is_intel() -> bool {
+pub(crate) fn is_intel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let r = std::arch::x86_64::__cpuid(0);

@@ -182,7 +182,7 @@ impl Int8Kernel for Fp8Bf16 {
             // activations (2 bytes a weight) no longer fit L1 beside the stream past
             // ONE_ROW_MAX_COLS.
             let units = t.cols().div_ceil(UNIT);
-            in_panels(units, a.s, &mut out[..n * a.s], |u0, u1, out| {
+            in_panels(true, units, a.s, &mut out[..n * a.s], |u0, u1, out| {
                 let per = UNIT / CHUNK;
                 let ahead = if u1 - u0 < units {
                     prefetch::panel_stream(t.row_bytes())

@@ -407,6 +407,23 @@ pub(crate) trait Int8Kernel: Sync {
         n: usize,
         out: &mut [f32],
     );
+    /// [`Self::dot_rows`] with long rows at S = 1 walked in column panels (`panels`) or not
+    /// ([`panels`]); `dot_rows` takes [`panels::enabled`]. Kernels with one form for long
+    /// rows ignore `panels`.
+    #[allow(clippy::too_many_arguments)]
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let _ = panels;
+        self.dot_rows(level, t, a, row0, n, out)
+    }
 }
 
 /// The int8-activation kernel of a format, where it has one. Exhaustive, like

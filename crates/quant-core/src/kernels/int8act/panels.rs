@@ -7,25 +7,47 @@
 //! activation kernels, share of the read's speed) rows of 8192 columns one at a time read
 //! 94-96% (int4-g64 [12288 x 8192] 93.7%, mq4-g256-v2 95.8%, int4-row 94.9%) while the
 //! eight-row tiles of 16384-column rows read 77-79% (int4-g64 and mq4-g256-v2 on
-//! [6144 x 16384]): the same bytes, walked as 8192-column panels, run as the short rows do.
+//! [6144 x 16384]). Walked as 8192-column panels, with each row's panel asked for two rows
+//! ahead ([`super::super::prefetch::panel_stream`]), [6144 x 16384] read (four alternated
+//! rounds against the tiles, 11:55 UTC, medians) int4-g64 78 against 75%, mq4-g256-v2 85
+//! against 70%, int8-row 88.5 against 87%, int4-row 83 against 87% (within the spread).
+//!
+//! Where: fp8's bf16 kernel on every CPU (its long rows have no other form), the int8 and
+//! int4 bodies where [`enabled`] says: not on Intel CPUs by default, where their multi-row
+//! tiles read 86-91% of [6144 x 16384] (session 17, docs/PERF.md) and panels have not been
+//! timed. `TESSERA_PANELS=0|1` decides on any machine.
 
+use super::super::prefetch;
 use super::ONE_ROW_MAX_COLS;
+use std::sync::OnceLock;
+
+/// Whether the int8 and int4 bodies walk long rows in panels: `TESSERA_PANELS` if set to 0
+/// or 1, else everywhere but on Intel CPUs. Cached.
+pub(crate) fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("TESSERA_PANELS").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => !prefetch::is_intel(),
+    })
+}
 
 /// Weights in one panel unit: the 256-weight quads and blocks the panelled bodies walk.
 pub(crate) const UNIT: usize = 256;
 
 /// Calls `f(u0, u1, out)` for each panel `u0..u1` of the `units` 256-weight units of a row,
 /// adding the panels' outputs into `out` (the first panel writes it). A single panel (the
-/// whole row) where `s > 1` or the row is no longer than [`ONE_ROW_MAX_COLS`]. Panels are
-/// as even as whole units allow.
+/// whole row) where `on` is false, `s > 1` or the row is no longer than
+/// [`ONE_ROW_MAX_COLS`]. Panels are as even as whole units allow.
 pub(crate) fn in_panels(
+    on: bool,
     units: usize,
     s: usize,
     out: &mut [f32],
     mut f: impl FnMut(usize, usize, &mut [f32]),
 ) {
     let max = ONE_ROW_MAX_COLS / UNIT;
-    if s != 1 || units <= max {
+    if !on || s != 1 || units <= max {
         f(0, units, out);
         return;
     }
@@ -50,7 +72,7 @@ mod tests {
     /// The panels `in_panels` hands out for `units` at S = `s`.
     fn panels(units: usize, s: usize) -> Vec<(usize, usize)> {
         let mut seen = Vec::new();
-        in_panels(units, s, &mut [0f32; 1], |a, b, _| seen.push((a, b)));
+        in_panels(true, units, s, &mut [0f32; 1], |a, b, _| seen.push((a, b)));
         seen
     }
 
@@ -59,6 +81,11 @@ mod tests {
         let max = ONE_ROW_MAX_COLS / UNIT;
         assert_eq!(panels(max, 1), vec![(0, max)]);
         assert_eq!(panels(2 * max, 4), vec![(0, 2 * max)]);
+        let mut off = Vec::new();
+        in_panels(false, 2 * max, 1, &mut [0f32; 1], |a, b, _| {
+            off.push((a, b))
+        });
+        assert_eq!(off, vec![(0, 2 * max)]);
         assert_eq!(panels(2 * max, 1), vec![(0, max), (max, 2 * max)]);
         // 14336 columns: 56 units, two panels of 28.
         assert_eq!(panels(56, 1), vec![(0, 28), (28, 56)]);
@@ -79,7 +106,7 @@ mod tests {
     #[test]
     fn the_panels_outputs_are_added() {
         let mut out = [0f32; 3];
-        in_panels(3 * ONE_ROW_MAX_COLS / UNIT, 1, &mut out, |a, b, o| {
+        in_panels(true, 3 * ONE_ROW_MAX_COLS / UNIT, 1, &mut out, |a, b, o| {
             for (i, v) in o.iter_mut().enumerate() {
                 *v = (a + b + i) as f32;
             }

@@ -28,7 +28,7 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
-use super::panels::{UNIT, in_panels};
+use super::panels::{UNIT, enabled, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -50,7 +50,19 @@ impl Int8Kernel for Int8RowQ {
         n: usize,
         out: &mut [f32],
     ) {
-        in_panels(t.cols().div_ceil(UNIT), a.s, out, |u0, u1, out| {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        in_panels(panels, t.cols().div_ceil(UNIT), a.s, out, |u0, u1, out| {
             let all = t.cols().div_ceil(32);
             let walk = 8 * u0..(8 * u1).min(all);
             QDriver(self.body(t, a, walk)).run(level, row0, n, out)
@@ -201,11 +213,23 @@ impl Int8Kernel for Int4Q {
         n: usize,
         out: &mut [f32],
     ) {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
         let body = self.body(t, a);
         if body.gs.is_multiple_of(64) {
             // The quads walk whole 256-weight units: long rows go in column panels.
             let units = body.chunks.div_ceil(4);
-            in_panels(units, a.s, out, |q0, q1, out| {
+            in_panels(panels, units, a.s, out, |q0, q1, out| {
                 QDriver(self.body(t, a).window(q0, q1)).run(level, row0, n, out)
             });
         } else {
@@ -713,7 +737,19 @@ impl Int8Kernel for AffineQ {
         n: usize,
         out: &mut [f32],
     ) {
-        in_panels(t.cols() / 256, a.s, out, |b0, b1, out| {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        in_panels(panels, t.cols() / 256, a.s, out, |b0, b1, out| {
             QDriver(self.body(t, a, b0..b1)).run(level, row0, n, out)
         });
     }

@@ -450,3 +450,47 @@ fn fp8_long_rows_in_panels_match_the_rounded_product() {
         }
     }
 }
+
+/// Long rows at S = 1 through both forms of every int8-activation kernel, column panels
+/// and not ([`super::panels`]), at every level: whichever form this CPU takes by default,
+/// the other one is held to the same bound here.
+#[test]
+fn long_rows_meet_the_bound_with_and_without_column_panels() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let mut failures = Vec::new();
+    for f in int8_formats() {
+        let kernel = int8_kernel_for(f).expect("an int8 format has a kernel");
+        let mut seen = Seen::default();
+        for (rows, cols) in shapes(f).into_iter().filter(|s| s.1 > ONE_ROW_MAX_COLS) {
+            let w = weights(&mut rng, rows, cols);
+            let opts = EncodeOptions {
+                rotation_seed: rng.next_u64(),
+                ..Default::default()
+            };
+            let t = encode(f, rows, cols, &w, &opts).expect("encode");
+            let x = activations(&mut rng, 1, cols);
+            let mut xr = x.clone();
+            rotate_activations(&t.view(), &mut xr);
+            let acts = QActs::new(kernel.layout(), &xr, 1, cols);
+            for level in SimdLevel::available() {
+                if !kernel.runs_at(level) {
+                    continue;
+                }
+                for panels in [false, true] {
+                    let mut y = vec![POISON; rows];
+                    kernel.dot_rows_panels(panels, level, &t.view(), &acts, 0, rows, &mut y);
+                    let what = format!("{f} {level:?} panels {panels} O={rows} I={cols}");
+                    failures.extend(check(&what, &y, &t.view(), &x, 1, &mut seen));
+                }
+            }
+        }
+    }
+    let first: Vec<String> = failures.iter().take(20).cloned().collect();
+    assert!(
+        failures.is_empty(),
+        "seed {seed}: {} failures; first:\n{}",
+        failures.len(),
+        first.join("\n")
+    );
+}

@@ -1,10 +1,10 @@
 //! A 512-bit single-activation-row (S = 1) int8-activation kernel of int8-row, run at
 //! [`SimdLevel::Avx512Vnni`] in place of the generic [`super::tessera`] body; every other
-//! level and S > 1 go to that body. Rows longer than [`super::ONE_ROW_MAX_COLS`] go in
-//! column panels ([`super::panels`]): a 16384-column row's activation-side numbers, 34 KB,
-//! no longer fit L1 next to the stream (on [6144 x 16384] one whole row at a time ran at
-//! 42% of a same-seconds read of its bytes, `xtask/candle-pair` read-pair, 2026-11-30
-//! 06:32 UTC).
+//! level and S > 1 go to that body. Rows longer than [`ONE_ROW_MAX_COLS`] go in column
+//! panels ([`super::panels`]) or, where those are off, to the generic body's four-row tiles:
+//! a 16384-column row's activation-side numbers, 34 KB, no longer fit L1 next to the stream
+//! (on [6144 x 16384] one whole row at a time ran at 42% of a same-seconds read of its
+//! bytes, `xtask/candle-pair` read-pair, 2026-11-30 06:32 UTC).
 //!
 //! The generic body spends, per 32 weights, a 256-bit load, the `|q|` / `x·sign(q)` pair,
 //! one `vpdpbusd`, a broadcast of the block's step, a conversion and an FMA. Here one
@@ -17,8 +17,8 @@
 //! bound of [`super`] holds unchanged.
 
 use super::super::SimdLevel;
-use super::panels::{UNIT, in_panels};
-use super::{Int8Kernel, QActs, QLayout};
+use super::panels::{UNIT, enabled, in_panels};
+use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -51,12 +51,28 @@ impl Int8Kernel for ZmmInt8Row {
         n: usize,
         out: &mut [f32],
     ) {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
         #[cfg(target_arch = "x86_64")]
-        if a.s == 1 && level == SimdLevel::Avx512Vnni && n <= out.len() {
+        if a.s == 1
+            && level == SimdLevel::Avx512Vnni
+            && n <= out.len()
+            && (panels || t.cols() <= ONE_ROW_MAX_COLS)
+        {
             let cols = t.cols();
             let nch = cols.div_ceil(CHUNK);
             let units = cols.div_ceil(UNIT);
-            in_panels(units, 1, &mut out[..n], |u0, u1, out| {
+            in_panels(panels, units, 1, &mut out[..n], |u0, u1, out| {
                 let per = UNIT / CHUNK;
                 let walk = per * u0..(per * u1).min(nch);
                 let ahead = if u1 - u0 < units {
@@ -77,7 +93,8 @@ impl Int8Kernel for ZmmInt8Row {
             });
             return;
         }
-        self.fallback.dot_rows(level, t, a, row0, n, out)
+        self.fallback
+            .dot_rows_panels(panels, level, t, a, row0, n, out)
     }
 }
 
