@@ -37,6 +37,7 @@
 use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::vector::QVec;
+use super::panels::{UNIT, enabled, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::tensor::QTensor;
 use std::marker::PhantomData;
@@ -121,14 +122,35 @@ impl<B: QBlock> Int8Kernel for GgmlQ<B> {
         n: usize,
         out: &mut [f32],
     ) {
-        let body = GgmlBody::<B> {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let units = t.cols() / B::BW;
+        let body = |walk: std::ops::Range<usize>| GgmlBody::<B> {
             t,
             a,
-            units: t.cols() / B::BW,
+            units,
+            walk,
             tail: (t.cols() % B::BW) / B::STORE_BW,
             _b: PhantomData,
         };
-        QDriver(body).run(level, row0, n, out);
+        // Panels are whole 256-weight units (q4_0's 32-weight units keep whole rows).
+        if B::BW == UNIT {
+            in_panels(panels, units, a.s, out, |u0, u1, out| {
+                QDriver(body(u0..u1)).run(level, row0, n, out)
+            });
+        } else {
+            QDriver(body(0..units)).run(level, row0, n, out);
+        }
     }
 }
 
@@ -137,6 +159,9 @@ struct GgmlBody<'a, 'b, B> {
     a: &'a QActs,
     /// Whole units a row.
     units: usize,
+    /// The units walked: all of them, or one column panel's (the storage blocks after the
+    /// units go with the last panel).
+    walk: std::ops::Range<usize>,
     /// Storage blocks after the units (I % STORE_BW == 0 is checked by `QTensor::new`).
     tail: usize,
     _b: PhantomData<fn() -> B>,
@@ -184,8 +209,12 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
             neg: zero,
         }; T]; R];
         let mut blk = [std::ptr::null::<u8>(); R];
-        let ahead = prefetch::per_stream(R);
-        for j in 0..self.units {
+        let ahead = if self.walk.len() < self.units {
+            prefetch::panel_stream(self.t.row_bytes())
+        } else {
+            prefetch::per_stream(R)
+        };
+        for j in self.walk.clone() {
             for r in 0..R {
                 prefetch::lines(rows[r], j * B::BB, B::BB, ahead);
                 // SAFETY: see above.
@@ -195,7 +224,12 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
             unsafe { B::unit::<Q, R, T>(&blk, j, &xr, &mut acc) };
         }
         let first = self.units * (B::BW / B::STORE_BW);
-        for g in first..first + self.tail {
+        let tail = if self.walk.end == self.units {
+            self.tail
+        } else {
+            0
+        };
+        for g in first..first + tail {
             for r in 0..R {
                 // SAFETY: see above.
                 blk[r] = unsafe { rows[r].add(g * B::STORE_BB) };
@@ -216,7 +250,12 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
         self.t.rows()
     }
     fn cols(&self) -> usize {
-        self.t.cols()
+        // A panel's width decides whether rows go one at a time.
+        if self.walk.len() == self.units {
+            self.t.cols()
+        } else {
+            B::BW * self.walk.len()
+        }
     }
     fn batch(&self) -> usize {
         self.a.s

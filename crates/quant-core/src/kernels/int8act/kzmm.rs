@@ -1,7 +1,7 @@
 //! A 512-bit single-activation-row (S = 1) int8-activation kernel of q4_k (and mq4-k), run
-//! at [`SimdLevel::Avx512Vnni`] on rows of at most [`ONE_ROW_MAX_COLS`] weights in place of
-//! the generic 256-bit [`super::ggml`] body; every other level, S > 1 and longer rows go
-//! to that body.
+//! at [`SimdLevel::Avx512Vnni`] in place of the generic 256-bit [`super::ggml`] body; every
+//! other level and S > 1 go to that body. Rows longer than [`ONE_ROW_MAX_COLS`] go in column
+//! panels ([`super::panels`]) or, where those are off, to that body's four-row tiles.
 //!
 //! The 256-bit body folds the eight 32-block dots of a 256-block with six `vphaddd`. Here
 //! one 64-byte load of codes covers two 32-blocks, each `vpdpbusd` leaves two blocks' sums
@@ -22,11 +22,12 @@
 //! unit's activation loads) streamed 2-6x slower at 4096 columns, as the four-row tiles
 //! did for the 256-bit bodies (`ONE_ROW_MAX_COLS`); at 16384 columns this one-row body
 //! streamed at 0.85x of candle where the four-row 256-bit body measured 1.36x, so longer
-//! rows keep that body; a `prefetcht0` 768 or 2048 bytes ahead of the weight stream made
+//! rows keep that body where panels are off; a `prefetcht0` 768 or 2048 bytes ahead of the weight stream made
 //! it slower (q6_k [4096 x 4096]: 3.2 ms and 1.0 ms a call against 0.76 ms without).
 
 use super::super::SimdLevel;
 use super::super::prefetch;
+use super::panels::{enabled, in_panels};
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::tensor::QTensor;
 
@@ -67,10 +68,22 @@ impl Int8Kernel for ZmmOneRow {
         n: usize,
         out: &mut [f32],
     ) {
+        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
+    }
+    fn dot_rows_panels(
+        &self,
+        panels: bool,
+        level: SimdLevel,
+        t: &QTensor<'_>,
+        a: &QActs,
+        row0: usize,
+        n: usize,
+        out: &mut [f32],
+    ) {
         #[cfg(target_arch = "x86_64")]
         if a.s == 1
             && level == SimdLevel::Avx512Vnni
-            && t.cols() <= ONE_ROW_MAX_COLS
+            && (panels || t.cols() <= ONE_ROW_MAX_COLS)
             && n <= out.len()
         {
             let blocks = t.cols() / 256;
@@ -81,24 +94,35 @@ impl Int8Kernel for ZmmOneRow {
             // not `blocks` whole blocks would be a registry bug, so take the generic body
             // rather than read past them.
             if blocks.checked_mul(bb) != Some(t.row_bytes()) {
-                return self.fallback.dot_rows(level, t, a, row0, n, out);
+                return self
+                    .fallback
+                    .dot_rows_panels(panels, level, t, a, row0, n, out);
             }
-            for (r, y) in out[..n].iter_mut().enumerate() {
-                let row = [t.row(row0 + r).as_ptr()];
-                // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so
-                // AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C are present; the row holds
-                // `blocks` whole blocks (checked above); the activation row is padded to a
-                // multiple of 256 values with `padded / 32` steps and sums
-                // (`QActs::new`), which covers `blocks` units.
-                *y = unsafe {
-                    match self.kind {
-                        Kind::Q4k => q4k_rows(&row, blocks, a)[0],
-                    }
+            in_panels(panels, blocks, 1, &mut out[..n], |b0, b1, out| {
+                let ahead = if b1 - b0 < blocks {
+                    prefetch::panel_stream(t.row_bytes())
+                } else {
+                    prefetch::per_stream(1)
                 };
-            }
+                for (r, y) in out.iter_mut().enumerate() {
+                    let row = [t.row(row0 + r).as_ptr()];
+                    // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so
+                    // AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C are present; the row holds
+                    // `blocks` whole blocks (checked above), and `b0..b1` lies in them; the
+                    // activation row is padded to a multiple of 256 values with
+                    // `padded / 32` steps and sums (`QActs::new`), which covers `blocks`
+                    // units.
+                    *y = unsafe {
+                        match self.kind {
+                            Kind::Q4k => q4k_rows(&row, b0..b1, a, ahead)[0],
+                        }
+                    };
+                }
+            });
             return;
         }
-        self.fallback.dot_rows(level, t, a, row0, n, out)
+        self.fallback
+            .dot_rows_panels(panels, level, t, a, row0, n, out)
     }
 }
 
@@ -131,11 +155,17 @@ unsafe fn x_pair(p: *const u8) -> __m512i {
 /// the activations of a unit are loaded once for the R rows.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `b[r]` points at `blocks` whole
-/// 144-byte blocks; `a` holds at least `256 · blocks` values (row 0).
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; each `b[r]` points at whole 144-byte
+/// blocks, `walk.end` of them at least; `a` holds at least `256 · walk.end` values (row 0).
+/// Blocks `walk` only (a column panel's, or all), each line asked for `ahead`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4k_rows<const R: usize>(b: &[*const u8; R], blocks: usize, a: &QActs) -> [f32; R] {
+unsafe fn q4k_rows<const R: usize>(
+    b: &[*const u8; R],
+    walk: std::ops::Range<usize>,
+    a: &QActs,
+    ahead: prefetch::Ahead,
+) -> [f32; R] {
     // SAFETY: the contract above; every offset read lies in block j's 144 bytes or in unit
     // j's 256 activations, 8 steps and 8 sums.
     unsafe {
@@ -147,8 +177,7 @@ unsafe fn q4k_rows<const R: usize>(b: &[*const u8; R], blocks: usize, a: &QActs)
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
         let mut neg = [_mm256_setzero_ps(); R];
         let (low6, low4, top2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
-        let ahead = prefetch::per_stream(R);
-        for j in 0..blocks {
+        for j in walk {
             prefetch::rows(b, j * Q4K_BB, Q4K_BB, ahead);
             let xq = q.add(256 * j);
             // Sub-blocks 4p and 4p + 2 sit at activations 128p and 128p + 64.
