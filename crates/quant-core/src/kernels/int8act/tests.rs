@@ -32,7 +32,8 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
     if spec.whole_blocks_only {
         let bw = spec.block_weights as usize;
         // 8448 columns: past ONE_ROW_MAX_COLS, so the four-row tiles and (S = 1) two
-        // column panels run too; 16896 three panels.
+        // column panels run too; 16896 three panels; 16896 + bw, for blocks shorter than
+        // the 256-weight units, storage blocks after the last panel's units.
         return vec![
             (1, bw),
             (7, 2 * bw),
@@ -41,6 +42,7 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
             (3, 2048),
             (9, 8448),
             (3, 16896),
+            (3, 16896 + bw),
         ];
     }
     let g = spec.group_size().unwrap_or(64) as usize;
