@@ -10,10 +10,13 @@
 //! [6144 x 16384]). Walked as 8192-column panels, with each row's panel asked for two rows
 //! ahead ([`super::super::prefetch::panel_stream`]), [6144 x 16384] read (four alternated
 //! rounds against the tiles, 11:55 UTC, medians) int4-g64 78 against 75%, mq4-g256-v2 85
-//! against 70%, int8-row 88.5 against 87%, int4-row 83 against 87% (within the spread).
+//! against 70%, int8-row 88.5 against 87%, int4-row 83 against 87% (within the spread);
+//! same binary, `TESSERA_PANELS` 0 against 1 alternated in three rounds (12:30 UTC,
+//! medians): int4-g64 76 -> 87%, mq4-g256-v2 79 -> 86%, q4_k 64 -> 84%, q6_k 67 -> 89.5%,
+//! q8_0 83.5 -> 89%, int8-row 87 -> 89%, int4-row 84 -> 84.5% (docs/PERF.md).
 //!
-//! Where: fp8's bf16 kernel on every CPU (its long rows have no other form), the int8 and
-//! int4 bodies where [`enabled`] says: not on Intel CPUs by default, where their multi-row
+//! Where: fp8's bf16 kernel on every CPU (its long rows have no other form), the int8,
+//! int4, affine and GGUF bodies where [`enabled`] says: not on Intel CPUs by default, where their multi-row
 //! tiles read 86-91% of [6144 x 16384] (session 17, docs/PERF.md) and panels have not been
 //! timed. `TESSERA_PANELS=0|1` decides on any machine.
 
