@@ -119,8 +119,10 @@ impl Int8Kernel for Fp8Bf16 {
     fn runs_at(&self, level: SimdLevel) -> bool {
         runs_at(level)
     }
-    fn dot_rows(
+    /// Long rows at S = 1 always go in panels (the kernel has no other form for them).
+    fn dot_rows_panels(
         &self,
+        _panels: bool,
         level: SimdLevel,
         t: &QTensor<'_>,
         a: &QActs,

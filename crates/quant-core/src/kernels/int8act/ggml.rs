@@ -37,7 +37,7 @@
 use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::vector::QVec;
-use super::panels::{UNIT, enabled, in_panels};
+use super::panels::{UNIT, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::tensor::QTensor;
 use std::marker::PhantomData;
@@ -112,17 +112,6 @@ pub(crate) static Q6_K: GgmlQ<Q6k> = GgmlQ(PhantomData);
 impl<B: QBlock> Int8Kernel for GgmlQ<B> {
     fn layout(&self) -> QLayout {
         QLayout::Natural
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,

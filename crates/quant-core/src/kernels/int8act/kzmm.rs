@@ -27,7 +27,7 @@
 
 use super::super::SimdLevel;
 use super::super::prefetch;
-use super::panels::{enabled, in_panels};
+use super::panels::in_panels;
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::tensor::QTensor;
 
@@ -58,17 +58,6 @@ const Q4K_BB: usize = 144;
 impl Int8Kernel for ZmmOneRow {
     fn layout(&self) -> QLayout {
         QLayout::Natural
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,

@@ -397,7 +397,8 @@ pub(crate) trait Int8Kernel: Sync {
         let _ = level;
         true
     }
-    /// For r in 0..n and k in 0..S: `out[r * S + k] = Σ_i W[row0 + r, i] · x̂[k, i]`.
+    /// For r in 0..n and k in 0..S: `out[r * S + k] = Σ_i W[row0 + r, i] · x̂[k, i]`, long
+    /// rows at S = 1 in column panels where [`panels::enabled`] says.
     fn dot_rows(
         &self,
         level: SimdLevel,
@@ -406,10 +407,11 @@ pub(crate) trait Int8Kernel: Sync {
         row0: usize,
         n: usize,
         out: &mut [f32],
-    );
+    ) {
+        self.dot_rows_panels(panels::enabled(), level, t, a, row0, n, out)
+    }
     /// [`Self::dot_rows`] with long rows at S = 1 walked in column panels (`panels`) or not
-    /// ([`panels`]); `dot_rows` takes [`panels::enabled`]. Kernels with one form for long
-    /// rows ignore `panels`.
+    /// ([`panels`]). Kernels with one form for long rows ignore `panels`.
     #[allow(clippy::too_many_arguments)]
     fn dot_rows_panels(
         &self,
@@ -420,10 +422,7 @@ pub(crate) trait Int8Kernel: Sync {
         row0: usize,
         n: usize,
         out: &mut [f32],
-    ) {
-        let _ = panels;
-        self.dot_rows(level, t, a, row0, n, out)
-    }
+    );
 }
 
 /// The int8-activation kernel of a format, where it has one. Exhaustive, like

@@ -28,7 +28,7 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
-use super::panels::{UNIT, enabled, in_panels};
+use super::panels::{UNIT, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -40,17 +40,6 @@ pub(crate) static INT8_ROW: Int8RowQ = Int8RowQ;
 impl Int8Kernel for Int8RowQ {
     fn layout(&self) -> QLayout {
         QLayout::Natural
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,
@@ -203,17 +192,6 @@ pub(crate) static INT4: Int4Q = Int4Q;
 impl Int8Kernel for Int4Q {
     fn layout(&self) -> QLayout {
         QLayout::Pairs
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,
@@ -727,17 +705,6 @@ pub(crate) static MQ4C: AffineQ = AffineQ(Header::F16);
 impl Int8Kernel for AffineQ {
     fn layout(&self) -> QLayout {
         QLayout::Pairs
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,

@@ -17,7 +17,7 @@
 //! bound of [`super`] holds unchanged.
 
 use super::super::SimdLevel;
-use super::panels::{UNIT, enabled, in_panels};
+use super::panels::{UNIT, in_panels};
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -41,17 +41,6 @@ const CHUNK: usize = 64;
 impl Int8Kernel for ZmmInt8Row {
     fn layout(&self) -> QLayout {
         QLayout::Natural
-    }
-    fn dot_rows(
-        &self,
-        level: SimdLevel,
-        t: &QTensor<'_>,
-        a: &QActs,
-        row0: usize,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        self.dot_rows_panels(enabled(), level, t, a, row0, n, out)
     }
     fn dot_rows_panels(
         &self,
