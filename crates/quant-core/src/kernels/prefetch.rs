@@ -124,7 +124,7 @@ pub(crate) fn per_stream(streams: usize) -> Ahead {
 /// S = 1): nothing into L1, and into L2 the same panel position two rows on, where the
 /// stream will be two rows later. A panel is a few KB of each row, and on its own a panel's
 /// first lines wait for DRAM at every row: measured on a 2-core AMD EPYC (Zen 4) VM
-/// (2026-12-06 11:58 UTC, `read-pair` [6144 x 16384], share of the read, two rounds) with
+/// (2026-12-06 11:20 UTC, `read-pair` [6144 x 16384], share of the read, two rounds) with
 /// no prefetch int4-row 47%, int4-g64 44-50%, mq4-g256-v2 43-45%; one row ahead 82/82-83/
 /// 81-84%; two 87/84-88/88-89%; three and four alike or lower; an L1 request 512-1024 bytes
 /// ahead as well lowered each by 5-10 points. Off only where `TESSERA_PREFETCH=0`.

@@ -38,7 +38,7 @@
 use super::super::SimdLevel;
 use super::super::fp8::{e4m3_decode, ue8m0_decode};
 use super::super::prefetch;
-use super::panels::{UNIT, in_panels};
+use super::panels::{self, UNIT, in_panels};
 use super::{Int8Kernel, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::registry::ScaleEncoding;
@@ -186,11 +186,7 @@ impl Int8Kernel for Fp8Bf16 {
             let units = t.cols().div_ceil(UNIT);
             in_panels(true, units, a.s, &mut out[..n * a.s], |u0, u1, out| {
                 let per = UNIT / CHUNK;
-                let ahead = if u1 - u0 < units {
-                    prefetch::panel_stream(t.row_bytes())
-                } else {
-                    prefetch::per_stream(1)
-                };
+                let ahead = panels::ahead(u1 - u0, units, 1, t.row_bytes());
                 walk_rows(per * u0..(per * u1).min(nch), ahead, out)
             });
             return;

@@ -37,7 +37,7 @@
 use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::vector::QVec;
-use super::panels::{UNIT, in_panels};
+use super::panels::{self, UNIT, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::tensor::QTensor;
 use std::marker::PhantomData;
@@ -198,11 +198,7 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
             neg: zero,
         }; T]; R];
         let mut blk = [std::ptr::null::<u8>(); R];
-        let ahead = if self.walk.len() < self.units {
-            prefetch::panel_stream(self.t.row_bytes())
-        } else {
-            prefetch::per_stream(R)
-        };
+        let ahead = panels::ahead(self.walk.len(), self.units, R, self.t.row_bytes());
         for j in self.walk.clone() {
             for r in 0..R {
                 prefetch::lines(rows[r], j * B::BB, B::BB, ahead);

@@ -22,12 +22,12 @@
 //! unit's activation loads) streamed 2-6x slower at 4096 columns, as the four-row tiles
 //! did for the 256-bit bodies (`ONE_ROW_MAX_COLS`); at 16384 columns this one-row body
 //! streamed at 0.85x of candle where the four-row 256-bit body measured 1.36x, so longer
-//! rows keep that body where panels are off; a `prefetcht0` 768 or 2048 bytes ahead of the weight stream made
-//! it slower (q6_k [4096 x 4096]: 3.2 ms and 1.0 ms a call against 0.76 ms without).
+//! rows keep that body where panels are off; a `prefetcht0` 768 or 2048 bytes ahead of the
+//! weight stream made it slower (q6_k [4096 x 4096]: 3.2 ms and 1.0 ms a call against 0.76 ms without).
 
 use super::super::SimdLevel;
 use super::super::prefetch;
-use super::panels::in_panels;
+use super::panels::{self, in_panels};
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::tensor::QTensor;
 
@@ -88,11 +88,7 @@ impl Int8Kernel for ZmmOneRow {
                     .dot_rows_panels(panels, level, t, a, row0, n, out);
             }
             in_panels(panels, blocks, 1, &mut out[..n], |b0, b1, out| {
-                let ahead = if b1 - b0 < blocks {
-                    prefetch::panel_stream(t.row_bytes())
-                } else {
-                    prefetch::per_stream(1)
-                };
+                let ahead = panels::ahead(b1 - b0, blocks, 1, t.row_bytes());
                 for (r, y) in out.iter_mut().enumerate() {
                     let row = [t.row(row0 + r).as_ptr()];
                     // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so

@@ -631,8 +631,8 @@ pub(crate) trait QBody: Sync {
 
 /// Rows of at most this many weights are walked one at a time, longer ones four or eight
 /// at a time ([`Micro::one_row_at_a_time`]) or, at S = 1, as column panels of at most this
-/// many weights, each walked one row at a time ([`panels`]). Measured against candle in the same process
-/// (per-call CPU time): on 4096 columns one row at a time streamed about twice as fast
+/// many weights, each walked one row at a time ([`panels`]). Measured against candle in the
+/// same process (per-call CPU time): on 4096 columns one row at a time streamed about twice as fast
 /// (int4-row 17.2 vs 8.1 GB/s, q6_k 22.2 vs 6.8), on 16384 columns four rows did (int4-row
 /// 16.0 vs 8.3, q6_k 13.2 vs 7.9): a row's activation-side numbers (2 to 2.3 bytes a
 /// weight) are re-read for every tile, and past L1 that costs more than the short

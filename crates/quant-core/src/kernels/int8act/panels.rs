@@ -3,29 +3,29 @@
 //! next, and the panels' sums added; each panel's activations stay in L1 while every row
 //! of the task streams past them, where a whole long row's would not.
 //!
-//! Why: on a 2-core AMD EPYC (Zen 4) VM (2026-12-06 11:40 UTC, `read-pair`, the int8
+//! Why: on a 2-core AMD EPYC (Zen 4) VM (2026-12-06 11:17 UTC, `read-pair`, the int8
 //! activation kernels, share of the read's speed) rows of 8192 columns one at a time read
 //! 94-96% (int4-g64 [12288 x 8192] 93.7%, mq4-g256-v2 95.8%, int4-row 94.9%) while the
-//! eight-row tiles of 16384-column rows read 77-79% (int4-g64 and mq4-g256-v2 on
+//! eight-row tiles of 16384-column rows read 74-79% (int4-g64 and mq4-g256-v2 on
 //! [6144 x 16384]). Walked as 8192-column panels, with each row's panel asked for two rows
-//! ahead ([`super::super::prefetch::panel_stream`]), [6144 x 16384] read (four alternated
-//! rounds against the tiles, 11:55 UTC, medians) int4-g64 78 against 75%, mq4-g256-v2 85
+//! ahead ([`prefetch::panel_stream`]), [6144 x 16384] read (four alternated rounds against
+//! the tiles of commit a3a33cf, 11:57 UTC, medians) int4-g64 78 against 75%, mq4-g256-v2 85
 //! against 70%, int8-row 88.5 against 87%, int4-row 83 against 87% (within the spread);
 //! same binary, `TESSERA_PANELS` 0 against 1 alternated in three rounds (12:30 UTC,
 //! medians): int4-g64 76 -> 87%, mq4-g256-v2 79 -> 86%, q4_k 64 -> 84%, q6_k 67 -> 89.5%,
 //! q8_0 83.5 -> 89%, int8-row 87 -> 89%, int4-row 84 -> 84.5% (docs/PERF.md).
 //!
 //! Where: fp8's bf16 kernel on every CPU (its long rows have no other form), the int8,
-//! int4, affine and GGUF bodies where [`enabled`] says: not on Intel CPUs by default, where their multi-row
-//! tiles read 86-91% of [6144 x 16384] (session 17, docs/PERF.md) and panels have not been
-//! timed. `TESSERA_PANELS=0|1` decides on any machine.
+//! int4, affine and GGUF bodies where [`enabled`] says: not on Intel CPUs by default, where
+//! their multi-row tiles read 86-91% of [6144 x 16384] (session 17, docs/PERF.md) and
+//! panels have not been timed. `TESSERA_PANELS=0|1` decides on any machine.
 
 use super::super::prefetch;
 use super::ONE_ROW_MAX_COLS;
 use std::sync::OnceLock;
 
-/// Whether the int8 and int4 bodies walk long rows in panels: `TESSERA_PANELS` if set to 0
-/// or 1, else everywhere but on Intel CPUs. Cached.
+/// Whether the int8, int4, affine and GGUF bodies walk long rows in panels (fp8's always
+/// does): `TESSERA_PANELS` if set to 0 or 1, else everywhere but on Intel CPUs. Cached.
 pub(crate) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| match std::env::var("TESSERA_PANELS").as_deref() {
@@ -37,6 +37,24 @@ pub(crate) fn enabled() -> bool {
 
 /// Weights in one panel unit: the 256-weight quads and blocks the panelled bodies walk.
 pub(crate) const UNIT: usize = 256;
+
+/// How far ahead each of `streams` rows side by side asks for its lines, for a body that
+/// walks `walked` of a row's `all` steps: a column panel's distances
+/// ([`prefetch::panel_stream`]) where it walks fewer than all, the whole row's
+/// ([`prefetch::per_stream`]) otherwise.
+#[inline]
+pub(crate) fn ahead(
+    walked: usize,
+    all: usize,
+    streams: usize,
+    row_bytes: usize,
+) -> prefetch::Ahead {
+    if walked < all {
+        prefetch::panel_stream(row_bytes)
+    } else {
+        prefetch::per_stream(streams)
+    }
+}
 
 /// Calls `f(u0, u1, out)` for each panel `u0..u1` of the `units` 256-weight units of a row,
 /// adding the panels' outputs into `out` (the first panel writes it). A single panel (the
@@ -103,6 +121,17 @@ mod tests {
             assert_eq!(p.last().unwrap().1, units);
             assert!(p.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
             assert!(p.iter().all(|(a, b)| b - a <= max));
+        }
+    }
+
+    #[test]
+    fn a_panel_asks_two_rows_ahead_a_whole_row_as_before() {
+        let (panel, whole) = (ahead(1, 2, 8, 1000), ahead(2, 2, 8, 1000));
+        assert_eq!(panel, prefetch::panel_stream(1000));
+        assert_eq!(whole, prefetch::per_stream(8));
+        if panel != prefetch::Ahead::OFF {
+            assert_eq!(panel.far, 2000);
+            assert_ne!(panel, whole);
         }
     }
 

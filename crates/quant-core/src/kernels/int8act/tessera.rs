@@ -28,7 +28,7 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
-use super::panels::{UNIT, in_panels};
+use super::panels::{self, UNIT, in_panels};
 use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -52,8 +52,8 @@ impl Int8Kernel for Int8RowQ {
         out: &mut [f32],
     ) {
         in_panels(panels, t.cols().div_ceil(UNIT), a.s, out, |u0, u1, out| {
-            let all = t.cols().div_ceil(32);
-            let walk = 8 * u0..(8 * u1).min(all);
+            let (all, per) = (t.cols().div_ceil(32), UNIT / 32);
+            let walk = per * u0..(per * u1).min(all);
             QDriver(self.body(t, a, walk)).run(level, row0, n, out)
         });
     }
@@ -142,11 +142,7 @@ impl QBody for Int8Body<'_, '_> {
         // padded past `blocks * 32` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
-        let ahead = if self.walk.len() < self.blocks {
-            prefetch::panel_stream(self.t.row_bytes())
-        } else {
-            prefetch::per_stream(R)
-        };
+        let ahead = panels::ahead(self.walk.len(), self.blocks, R, self.t.row_bytes());
         for j in self.walk.start..self.walk.end.min(self.full) {
             for r in 0..R {
                 prefetch::lines(rows[r], 32 * j, 32, ahead);
@@ -296,17 +292,6 @@ fn gcd(a: usize, b: usize) -> usize {
 }
 
 impl Int4Body<'_, '_> {
-    /// How far ahead each of R rows asks for its lines: a column panel's distances, or the
-    /// whole row's.
-    #[inline(always)]
-    fn ahead<const R: usize>(&self) -> prefetch::Ahead {
-        if self.quads.len() < self.chunks.div_ceil(4) {
-            prefetch::panel_stream(self.t.row_bytes())
-        } else {
-            prefetch::per_stream(R)
-        }
-    }
-
     /// The body over quads `q0..q1` only (a column panel; gs a multiple of 64).
     fn window(self, q0: usize, q1: usize) -> Self {
         Int4Body {
@@ -469,7 +454,8 @@ impl Int4Body<'_, '_> {
                 srow[r] = unsafe { scales.add(4 * (o + r) * self.ng) };
             }
         }
-        let ahead = self.ahead::<R>();
+        let all = self.chunks.div_ceil(4);
+        let ahead = panels::ahead(self.quads.len(), all, R, self.t.row_bytes());
         for j in self.quads.clone() {
             prefetch::rows(&rows, 128 * j, 128, ahead);
             if g64 && j < whole {
@@ -752,18 +738,6 @@ const BLOCK_BYTES: usize = 136;
 /// Bytes before the nibbles.
 const HEADER_BYTES: usize = 8;
 
-impl AffineBody<'_, '_> {
-    /// As [`Int4Body::ahead`].
-    #[inline(always)]
-    fn ahead<const R: usize>(&self) -> prefetch::Ahead {
-        if self.blocks.len() < self.t.cols() / 256 {
-            prefetch::panel_stream(self.t.row_bytes())
-        } else {
-            prefetch::per_stream(R)
-        }
-    }
-}
-
 impl QBody for AffineBody<'_, '_> {
     /// Eight rows share each activation load on long rows (measured: mq4-g256-v2
     /// [6144 x 16384] 1.64-1.88 ms against 1.92-1.96 four at a time, as int4-row).
@@ -807,7 +781,8 @@ impl QBody for AffineBody<'_, '_> {
             let mut zacc = [[Q::fzero(); T]; R];
             let mut blk = [std::ptr::null::<u8>(); R];
             let (mut sv, mut zv) = ([Q::fzero(); R], [Q::fzero(); R]);
-            let ahead = self.ahead::<R>();
+            let all = self.t.cols() / 256;
+            let ahead = panels::ahead(self.blocks.len(), all, R, self.t.row_bytes());
             for j in self.blocks.clone() {
                 for r in 0..R {
                     prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);

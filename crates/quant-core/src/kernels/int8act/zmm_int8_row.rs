@@ -17,7 +17,7 @@
 //! bound of [`super`] holds unchanged.
 
 use super::super::SimdLevel;
-use super::panels::{UNIT, in_panels};
+use super::panels::{self, UNIT, in_panels};
 use super::{Int8Kernel, ONE_ROW_MAX_COLS, QActs, QLayout};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
@@ -64,11 +64,7 @@ impl Int8Kernel for ZmmInt8Row {
             in_panels(panels, units, 1, &mut out[..n], |u0, u1, out| {
                 let per = UNIT / CHUNK;
                 let walk = per * u0..(per * u1).min(nch);
-                let ahead = if u1 - u0 < units {
-                    super::super::prefetch::panel_stream(t.row_bytes())
-                } else {
-                    super::super::prefetch::per_stream(1)
-                };
+                let ahead = panels::ahead(u1 - u0, units, 1, t.row_bytes());
                 for (r, y) in out.iter_mut().enumerate() {
                     let row = t.row(row0 + r);
                     let scale = read_f32(t.scales(), 4 * (row0 + r));
