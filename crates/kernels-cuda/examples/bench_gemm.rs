@@ -8,8 +8,9 @@
 //! first 128 output rows of the first 32 activations against the f64 oracle.
 //!
 //! Usage: bench_gemm [--quick] [--formats a,b] [--batches 128,512] [--shapes 4096x4096,...]
-//!                   [--tunings default,s4f4st3,...]
-//! `--tunings` compares GEMM tilings (`s<n8 tiles, split>f<n8 tiles, f16>st<stages>`, see
+//!                   [--tunings default,s4f4st3,s8f8st4b2c100,...]
+//! `--tunings` compares GEMM tilings (`s<n8 tiles, split>f<n8 tiles, f16>st<stages>`, then
+//! optionally `b<min blocks an SM>d<weight stages>c<shared carveout %>z<k splits>`, see
 //! `kernels_cuda::Tuning`), each on its own backend. Prints a markdown table; with $OUT set also writes $OUT/bench_gemm.json. Without a GPU
 //! it prints "skipped: ..." and exits 0.
 
@@ -36,22 +37,40 @@ const FORMATS: [Format; 5] = [
 ];
 const ROTATE_BYTES: usize = 256 << 20;
 
-/// "default", or s<nt split>f<nt f16>st<stages>, e.g. "s8f4st4".
+/// "default", or s<nt split>f<nt f16>st<stages>[b<min blocks>][d<weight depth>][c<carveout %>]
+/// [z<k splits>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z1" (never split).
 fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
     }
-    let bad = || format!("tuning {name}: expected s<n>f<n>st<n>");
+    let bad = || format!("tuning {name}: expected s<n>f<n>st<n>[b<n>][d<n>][c<n>][z<n>]");
     let rest = name.strip_prefix('s').ok_or_else(bad)?;
     let (a, rest) = rest.split_once('f').ok_or_else(bad)?;
-    let (b, c) = rest.split_once("st").ok_or_else(bad)?;
+    let (b, rest) = rest.split_once("st").ok_or_else(bad)?;
     let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
-    let t = Tuning {
+    // The stage count, then optional letter-number pairs.
+    let mut fields: Vec<(char, String)> = vec![('s', String::new())];
+    for ch in rest.chars() {
+        match (ch.is_ascii_digit(), fields.last_mut()) {
+            (true, Some((_, v))) => v.push(ch),
+            _ => fields.push((ch, String::new())),
+        }
+    }
+    let mut t = Tuning {
         gemm_nt_split: num(a)?,
         gemm_nt_f16: num(b)?,
-        gemm_stages: num(c)?,
         ..Tuning::default()
     };
+    for (k, v) in &fields {
+        match k {
+            's' => t.gemm_stages = num(v)?,
+            'b' => t.gemm_min_blocks = num(v)?,
+            'd' => t.gemm_depth = num(v)?,
+            'c' => t.shared_carveout = Some(num(v)?),
+            'z' => t.gemm_split_k = Some(num(v)?),
+            _ => return Err(bad()),
+        }
+    }
     t.check()?;
     Ok(t)
 }

@@ -153,10 +153,10 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             ..Tuning::default()
         });
     }
-    // t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x stages>]: the
-    // split-K tile GEMV with these knobs.
+    // t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x stages>][c<carveout %>]:
+    // the split-K tile GEMV with these knobs.
     if let Some(rest) = name.strip_prefix('t') {
-        let bad = || format!("tuning {name}: expected t<n>d<n>b<n>k<n>[m<n>][s<n>]");
+        let bad = || format!("tuning {name}: expected t<n>d<n>b<n>k<n>[m<n>][s<n>][c<n>]");
         let mut t = Tuning {
             tiles_from_s: Some(1),
             ..Tuning::default()
@@ -172,6 +172,7 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
                 'k' => t.tile_blocks_per_sm = v,
                 'm' => t.tile_min_stages = v,
                 's' => t.gemm_stages = v,
+                'c' => t.shared_carveout = Some(v),
                 _ => return Err(bad()),
             }
             Ok(())

@@ -96,11 +96,25 @@ pub struct Tuning {
     /// Both give wrong results on purpose: benchmarks use them to split where time goes.
     pub diag: u32,
     /// n8 tiles of B columns per GEMM block (`TS_GEMM_NT`), for 2-part (`Split`)
-    /// activations, and for 1-part ones.
+    /// activations, and for 1-part ones (8 since session 19: at S = 512 on the H100 and the
+    /// H200 it ran 0-35% faster than 4 on every format and shape timed, docs/CUDA.md).
     pub gemm_nt_split: u32,
     pub gemm_nt_f16: u32,
     /// cp.async stages of the GEMM's activation tiles (`TS_GEMM_STAGES`).
     pub gemm_stages: u32,
+    /// Minimum resident GEMM blocks per SM (`TS_GEMM_MINB` of [`Build::Gemm`], the
+    /// register cap: 255 registers a thread at 1, 128 at 2).
+    pub gemm_min_blocks: u32,
+    /// Weight stages a GEMM warp holds in registers (`TS_GEMM_WDEPTH` of [`Build::Gemm`]).
+    pub gemm_depth: u32,
+    /// Splits of the GEMM's k range (gridDim.z, reduced by each row block's last split in
+    /// one launch): `None` by [`crate::layout::gemm_splits`]' rule (a grid just past whole
+    /// waves of resident blocks), `Some(n)` n splits (at most the stages allow; 1: never).
+    pub gemm_split_k: Option<u32>,
+    /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
+    /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
+    /// percent); `None` leaves the driver's choice.
+    pub shared_carveout: Option<u32>,
     /// The 16-row tensor-core GEMV of int4-g32 / int4-g64 takes 16-byte chunks spanning
     /// 2-4 groups where S leaves the n8 columns for them ([`crate::caps::rows_chunk`],
     /// gemv.cu `MmaClasses`); `false`: the format's own chunk (8 / 4 bytes).
@@ -163,8 +177,12 @@ impl Default for Tuning {
             mma_segment_p: false,
             pdl: true,
             gemm_nt_split: 8,
-            gemm_nt_f16: 4,
+            gemm_nt_f16: 8,
             gemm_stages: 4,
+            gemm_min_blocks: 1,
+            gemm_depth: 2,
+            gemm_split_k: None,
+            shared_carveout: None,
             tiles_from_s: None,
             mma_persistent: None,
             mma_persist_grid: 0,
@@ -193,6 +211,10 @@ impl Tuning {
             && [1, 2, 4, 8].contains(&self.gemm_nt_split)
             && [1, 2, 4, 8].contains(&self.gemm_nt_f16)
             && (2..=8).contains(&self.gemm_stages)
+            && (1..=4).contains(&self.gemm_min_blocks)
+            && (1..=6).contains(&self.gemm_depth)
+            && self.gemm_split_k.is_none_or(|z| (1..=8).contains(&z))
+            && self.shared_carveout.is_none_or(|c| c <= 100)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
             && self.mma_persist_grid <= 1 << 20
             && [2, 4, 8].contains(&self.tile_warps)
@@ -358,6 +380,8 @@ impl ModuleKey {
                 o.push(format!("-DTS_GEMM={parts}"));
                 o.push(format!("-DTS_GEMM_NT={}", t.gemm_nt(*parts)));
                 o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
+                o.push(format!("-DTS_GEMM_WDEPTH={}", t.gemm_depth));
+                o.push(format!("-DTS_GEMM_MINB={}", t.gemm_min_blocks));
             }
             Build::GemvTiles { mma, nt } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));

@@ -73,8 +73,8 @@ pub struct CudaBackend {
     /// Tile-layout activation buffers of the resident path, per (chunk bytes, 4-bit codes,
     /// n8 tiles, x stride): written by `tile_prep` before each tile GEMV that reads them.
     prep: Mutex<HashMap<PrepKey, PrepBuffers>>,
-    /// Blocks a SM holds at once of each persistent build (the driver's occupancy), asked
-    /// once per build.
+    /// Blocks a SM holds at once of each persistent GEMV and GEMM build (the driver's
+    /// occupancy), asked once per build.
     resident: Mutex<HashMap<ModuleKey, u32>>,
 }
 
@@ -468,12 +468,34 @@ impl CudaBackend {
             tuning: Tuning {
                 mma_persistent: Tuning::default().mma_persistent,
                 mma_persist_grid: Tuning::default().mma_persist_grid,
+                gemm_split_k: Tuning::default().gemm_split_k,
                 ..tuning.clone()
             },
         }
     }
 
     /// The compiled kernel of a build (NVRTC on first use).
+    /// Blocks of `f` (built as `key`) an SM holds at once with `threads` threads and
+    /// `shared` bytes of dynamic shared memory: the driver's occupancy, asked once a build.
+    fn blocks_per_sm(
+        &self,
+        key: &ModuleKey,
+        f: &CudaFunction,
+        threads: u32,
+        shared: usize,
+    ) -> Result<u32, CudaError> {
+        let mut map = self.resident.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&n) = map.get(key) {
+            return Ok(n);
+        }
+        let n = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared, None)
+            .map_err(CudaError::driver("asking the occupancy of a build"))?
+            .max(1);
+        map.insert(key.clone(), n);
+        Ok(n)
+    }
+
     fn function(
         &self,
         kernel: KernelId,
@@ -511,6 +533,17 @@ impl CudaBackend {
                 bytes,
             )
             .map_err(CudaError::driver("raising the GEMM's shared memory limit"))?;
+        }
+        if let (Build::Gemm { .. } | Build::GemvTiles { .. }, Some(c)) =
+            (&key.build, self.tuning.shared_carveout)
+        {
+            // Without it the driver may size shared memory for one block an SM (session 19,
+            // ncu on the H100: the GEMM at 140 registers, 65.5 KB configured, 8 warps an SM).
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                c as i32,
+            )
+            .map_err(CudaError::driver("setting the shared memory carveout"))?;
         }
         if std::env::var_os("TESSERA_CUDA_REGS").is_some() {
             // Diagnostics (benchmarks): what ptxas gave the build, spills included.
@@ -1809,11 +1842,29 @@ impl CudaBackend {
                     });
                 }
                 let parts = l.parts as u32;
-                let f = self.function(cap.kernel, Build::Gemm { mma, parts }, 0)?;
+                let key = self.key(cap.kernel, Build::Gemm { mma, parts }, 0);
+                let f = self.function_of(key.clone())?;
                 let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt)?;
                 let shared = l.shared_bytes(self.tuning.gemm_stages as usize);
+                let stages =
+                    layout::tile_stages(cap.kernel.fmt, mma.chunk_bytes, sh.row_bytes as usize);
+                let splits = match self.tuning.gemm_split_k {
+                    Some(n) => {
+                        let n = (n as usize).clamp(1, stages.max(1));
+                        stages.max(1).div_ceil(stages.max(1).div_ceil(n))
+                    }
+                    None => {
+                        let per_sm =
+                            self.blocks_per_sm(&key, &f, 32 * layout::GEMM_WARPS, shared)?;
+                        layout::gemm_splits(
+                            gx as usize * gy as usize,
+                            self.sms * per_sm as usize,
+                            stages,
+                        )
+                    }
+                };
                 let cfg = LaunchConfig {
-                    grid_dim: (gx, gy, 1),
+                    grid_dim: (gx, gy, splits as u32),
                     block_dim: (32 * layout::GEMM_WARPS, 1, 1),
                     shared_mem_bytes: u32::try_from(shared).map_err(|_| CudaError::Input {
                         what: format!("GEMM shared memory {shared} overflows"),
@@ -1843,13 +1894,23 @@ impl CudaBackend {
                     .arg(&sh.sc_row)
                     .arg(&tiles_arg)
                     .arg(&padded_arg);
-                // gridDim.z = 1: the kernel writes `y` itself and never touches the scratch.
+                // With one split the kernel writes `y` itself and never touches the scratch;
+                // with z, each split's partials go to [z, S, O] and the last of a block's
+                // splits to arrive (one counter per (row, activation) block) adds them.
                 let mut scratch = self.split.lock().unwrap_or_else(|p| p.into_inner());
+                if splits > 1 {
+                    let need = splits.checked_mul(n_out).ok_or_else(|| CudaError::Shape {
+                        format: w.format,
+                        what: "split-K scratch overflows".into(),
+                    })?;
+                    scratch.ensure(&self.stream, need, gx as usize * gy as usize)?;
+                }
                 let SplitScratch { partials, counters } = &mut *scratch;
                 b.arg(partials).arg(counters);
                 // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*,
                 // f32*, i64, i32, i32, i32, i32, i32, i32, f32*, u32*; the last two unused
-                // with one split). `xg` holds tiles * 8 * x_stride
+                // with one split, else grown above to splits * S * O floats and one zeroed
+                // counter per (row, activation) block, each reset by its block's last split). `xg` holds tiles * 8 * x_stride
                 // halves and `xa` padded * (1 + x_stride / MMA_SUM_SEGMENT) floats for this tensor's
                 // stride (layout::gemm_activations with the same layout the kernel was built
                 // for: checked above); the grid covers tiles / nt column blocks exactly; `y`

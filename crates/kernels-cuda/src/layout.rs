@@ -565,6 +565,36 @@ pub fn tile_splits(
     stages.max(1).div_ceil(per_split)
 }
 
+/// Stages each split of a GEMM's k range keeps at least (a split's partials cost one round
+/// trip of S x 256 floats through the scratch, against the stages' MMAs).
+pub const GEMM_MIN_SPLIT_STAGES: usize = 8;
+
+/// Splits of a GEMM's k range (gridDim.z) for a grid of `blocks` (row blocks x activation
+/// blocks) on `slots` blocks resident at once (SMs x blocks an SM) over `stages` k stages.
+/// A launch runs in waves of `slots` blocks, so `blocks` a little over a whole number of
+/// waves leaves most SMs idle in the last one (192 blocks on 132 SMs: 1.45 waves take as
+/// long as 2). z splits make each block 1 / z of the work and the cost ceil(blocks z /
+/// slots) / z waves of the unsplit block; the cheapest z in 1..=4 is taken if it saves a
+/// tenth or more (the partials' trip through the scratch and the reduction cost the rest),
+/// with at least [`GEMM_MIN_SPLIT_STAGES`] stages a split and no empty split.
+pub fn gemm_splits(blocks: usize, slots: usize, stages: usize) -> usize {
+    let (blocks, slots, stages) = (blocks.max(1), slots.max(1), stages.max(1));
+    let waves = |z: usize| (blocks * z).div_ceil(slots);
+    let most = (stages / GEMM_MIN_SPLIT_STAGES).clamp(1, 4);
+    // cost(z) = waves(z) / z, compared as waves(a) * b < waves(b) * a.
+    let mut best = 1;
+    for z in 2..=most {
+        if waves(z) * best < waves(best) * z {
+            best = z;
+        }
+    }
+    if best > 1 && 10 * waves(best) > 9 * best * waves(1) {
+        best = 1;
+    }
+    // As many splits as ceil(stages / z) stages each need, so none is empty.
+    stages.div_ceil(stages.div_ceil(best))
+}
+
 /// CUDA blocks of a GEMM launch: (row blocks, activation blocks).
 pub fn gemm_grid(rows: usize, tiles: usize, nt: usize) -> Result<(u32, u32), CudaError> {
     let too_big = || CudaError::Shape {
@@ -1003,6 +1033,31 @@ mod tests {
             ..Tuning::default()
         };
         assert!(!rows_persistent(&wide, 1, 896, false, 132));
+    }
+
+    #[test]
+    fn gemm_splits_round_the_grid_to_whole_waves() {
+        // 24 x 8 blocks on 132 SMs: 1.45 waves cost 2; two splits, 2.9 waves of half the
+        // work, cost 1.5.
+        assert_eq!(gemm_splits(192, 132, 128), 2);
+        // 56 x 8: 3.4 waves (4) against 6.8 halves (3.5): 12.5% saved.
+        assert_eq!(gemm_splits(448, 132, 32), 2);
+        // Whole or nearly whole waves stay unsplit.
+        assert_eq!(gemm_splits(128, 132, 128), 1);
+        assert_eq!(gemm_splits(512, 132, 48), 1);
+        assert_eq!(gemm_splits(384, 132, 128), 1);
+        // Too few stages to split.
+        assert_eq!(gemm_splits(192, 132, 15), 1);
+        // Two slots, three blocks: 2 waves against 3 halves... z = 2 costs 1.5 (25%).
+        assert_eq!(gemm_splits(3, 2, 64), 2);
+        for (blocks, slots, stages) in [(192, 132, 17), (7, 5, 9), (1, 1, 1), (0, 0, 0)] {
+            let z = gemm_splits(blocks, slots, stages);
+            let per = stages.max(1).div_ceil(z);
+            assert!(
+                (1..=4).contains(&z) && (z - 1) * per < stages.max(1),
+                "{z} of {stages}"
+            );
+        }
     }
 
     #[test]

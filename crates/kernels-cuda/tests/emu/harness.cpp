@@ -316,6 +316,7 @@ extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8
     if (fmt == F_ && gs == G_ && cbt == C_ && parts == P_ && nt == N_) rc = (run_gemm<F_, G_, C_, P_, N_>(a, y), 0);
 #define TS_EMU_GEMM(F_, G_, C_)       \
     TS_EMU_GEMM_PN(F_, G_, C_, 2, 8) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 8) \
     TS_EMU_GEMM_PN(F_, G_, C_, 1, 4) \
     TS_EMU_GEMM_PN(F_, G_, C_, 2, 4)
     TS_EMU_GEMM(TS_FMT_INT4_ROW, 0, 16)
