@@ -10,7 +10,7 @@
 //! Usage: bench_gemm [--quick] [--formats a,b] [--batches 128,512] [--shapes 4096x4096,...]
 //!                   [--tunings default,s4f4st3,s8f8st4b2c100,...]
 //! `--tunings` compares GEMM tilings (`s<n8 tiles, split>f<n8 tiles, f16>st<stages>`, then
-//! optionally `b<min blocks an SM>d<weight stages>c<shared carveout %>z<k splits>`, see
+//! optionally `b<min blocks an SM>d<weight stages>c<shared carveout %>z<k splits>w<warps>`, see
 //! `kernels_cuda::Tuning`), each on its own backend. Prints a markdown table; with $OUT set also writes $OUT/bench_gemm.json. Without a GPU
 //! it prints "skipped: ..." and exits 0.
 
@@ -38,12 +38,12 @@ const FORMATS: [Format; 5] = [
 const ROTATE_BYTES: usize = 256 << 20;
 
 /// "default", or s<nt split>f<nt f16>st<stages>[b<min blocks>][d<weight depth>][c<carveout %>]
-/// [z<k splits>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z1" (never split).
+/// [z<k splits>][w<warps>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z1" (never split).
 fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
     }
-    let bad = || format!("tuning {name}: expected s<n>f<n>st<n>[b<n>][d<n>][c<n>][z<n>]");
+    let bad = || format!("tuning {name}: expected s<n>f<n>st<n>[b<n>][d<n>][c<n>][z<n>][w<n>]");
     let rest = name.strip_prefix('s').ok_or_else(bad)?;
     let (a, rest) = rest.split_once('f').ok_or_else(bad)?;
     let (b, rest) = rest.split_once("st").ok_or_else(bad)?;
@@ -68,6 +68,7 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             'd' => t.gemm_depth = num(v)?,
             'c' => t.shared_carveout = Some(num(v)?),
             'z' => t.gemm_split_k = Some(num(v)?),
+            'w' => t.gemm_warps = num(v)?,
             _ => return Err(bad()),
         }
     }

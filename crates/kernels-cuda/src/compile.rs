@@ -107,6 +107,8 @@ pub struct Tuning {
     pub gemm_min_blocks: u32,
     /// Weight stages a GEMM warp holds in registers (`TS_GEMM_WDEPTH` of [`Build::Gemm`]).
     pub gemm_depth: u32,
+    /// Warps of a GEMM block (`TS_GEMM_WARPS` of [`Build::Gemm`]; 32 rows each).
+    pub gemm_warps: u32,
     /// Splits of the GEMM's k range (gridDim.z, reduced by each row block's last split in
     /// one launch): `None` by [`crate::layout::gemm_splits`]' rule (a grid just past whole
     /// waves of resident blocks), `Some(n)` n splits (at most the stages allow; 1: never).
@@ -181,6 +183,7 @@ impl Default for Tuning {
             gemm_stages: 4,
             gemm_min_blocks: 1,
             gemm_depth: 2,
+            gemm_warps: crate::layout::GEMM_WARPS,
             gemm_split_k: None,
             shared_carveout: None,
             tiles_from_s: None,
@@ -213,6 +216,7 @@ impl Tuning {
             && (2..=8).contains(&self.gemm_stages)
             && (1..=4).contains(&self.gemm_min_blocks)
             && (1..=6).contains(&self.gemm_depth)
+            && [2, 4, 8].contains(&self.gemm_warps)
             && self.gemm_split_k.is_none_or(|z| (1..=8).contains(&z))
             && self.shared_carveout.is_none_or(|c| c <= 100)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
@@ -382,6 +386,7 @@ impl ModuleKey {
                 o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
                 o.push(format!("-DTS_GEMM_WDEPTH={}", t.gemm_depth));
                 o.push(format!("-DTS_GEMM_MINB={}", t.gemm_min_blocks));
+                o.push(format!("-DTS_GEMM_WARPS={}", t.gemm_warps));
             }
             Build::GemvTiles { mma, nt } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));

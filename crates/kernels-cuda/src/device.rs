@@ -1844,7 +1844,8 @@ impl CudaBackend {
                 let parts = l.parts as u32;
                 let key = self.key(cap.kernel, Build::Gemm { mma, parts }, 0);
                 let f = self.function_of(key.clone())?;
-                let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt)?;
+                let warps = self.tuning.gemm_warps;
+                let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt, warps)?;
                 let shared = l.shared_bytes(self.tuning.gemm_stages as usize);
                 let stages =
                     layout::tile_stages(cap.kernel.fmt, mma.chunk_bytes, sh.row_bytes as usize);
@@ -1854,8 +1855,7 @@ impl CudaBackend {
                         stages.max(1).div_ceil(stages.max(1).div_ceil(n))
                     }
                     None => {
-                        let per_sm =
-                            self.blocks_per_sm(&key, &f, 32 * layout::GEMM_WARPS, shared)?;
+                        let per_sm = self.blocks_per_sm(&key, &f, 32 * warps, shared)?;
                         layout::gemm_splits(
                             gx as usize * gy as usize,
                             self.sms * per_sm as usize,
@@ -1865,7 +1865,7 @@ impl CudaBackend {
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (gx, gy, splits as u32),
-                    block_dim: (32 * layout::GEMM_WARPS, 1, 1),
+                    block_dim: (32 * warps, 1, 1),
                     shared_mem_bytes: u32::try_from(shared).map_err(|_| CudaError::Input {
                         what: format!("GEMM shared memory {shared} overflows"),
                     })?,

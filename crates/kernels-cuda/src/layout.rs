@@ -33,10 +33,9 @@ pub const MMA_TILE_ROWS: usize = 16;
 /// formats; gemv.cu `TS_SUM_SEG`).
 pub const MMA_SUM_SEGMENT: usize = 128;
 
-/// Warps of a GEMM block (gemv.cu `TS_GEMM_WARPS`); each owns 32 rows.
+/// Warps of a GEMM block by default (gemv.cu `TS_GEMM_WARPS`, `Tuning::gemm_warps`); each
+/// owns 32 rows.
 pub const GEMM_WARPS: u32 = 8;
-/// Rows of one GEMM block.
-pub const GEMM_BLOCK_ROWS: usize = 32 * GEMM_WARPS as usize;
 /// Pairs of a MoE work item (gemv.cu `TS_MOE`): tokens routed to one expert, computed
 /// together so its weights are read once per item.
 pub const MOE_PAIRS: usize = 4;
@@ -595,13 +594,18 @@ pub fn gemm_splits(blocks: usize, slots: usize, stages: usize) -> usize {
     stages.div_ceil(stages.div_ceil(best))
 }
 
-/// CUDA blocks of a GEMM launch: (row blocks, activation blocks).
-pub fn gemm_grid(rows: usize, tiles: usize, nt: usize) -> Result<(u32, u32), CudaError> {
+/// CUDA blocks of a GEMM launch of `warps`-warp blocks: (row blocks, activation blocks).
+pub fn gemm_grid(
+    rows: usize,
+    tiles: usize,
+    nt: usize,
+    warps: u32,
+) -> Result<(u32, u32), CudaError> {
     let too_big = || CudaError::Shape {
         format: Format::F32,
         what: format!("a GEMM over {rows} rows and {tiles} column tiles exceeds the grid"),
     };
-    let x = u32::try_from(rows.div_ceil(GEMM_BLOCK_ROWS)).map_err(|_| too_big())?;
+    let x = u32::try_from(rows.div_ceil(32 * warps.max(1) as usize)).map_err(|_| too_big())?;
     let y = tiles / nt;
     if y == 0 || y > 65535 {
         return Err(too_big());
