@@ -38,7 +38,7 @@ const FORMATS: [Format; 5] = [
 const ROTATE_BYTES: usize = 256 << 20;
 
 /// "default", or s<nt split>f<nt f16>st<stages>[b<min blocks>][d<weight depth>][c<carveout %>]
-/// [z<k splits>][w<warps>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z1" (never split).
+/// [z<k splits>][w<warps>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z0" (split by the rule).
 fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
@@ -67,7 +67,8 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             'b' => t.gemm_min_blocks = num(v)?,
             'd' => t.gemm_depth = num(v)?,
             'c' => t.shared_carveout = Some(num(v)?),
-            'z' => t.gemm_split_k = Some(num(v)?),
+            // z0: layout::gemm_splits' rule.
+            'z' => t.gemm_split_k = Some(num(v)?).filter(|&z| z != 0),
             'w' => t.gemm_warps = num(v)?,
             _ => return Err(bad()),
         }

@@ -112,6 +112,8 @@ pub struct Tuning {
     /// Splits of the GEMM's k range (gridDim.z, reduced by each row block's last split in
     /// one launch): `None` by [`crate::layout::gemm_splits`]' rule (a grid just past whole
     /// waves of resident blocks), `Some(n)` n splits (at most the stages allow; 1: never).
+    /// The default is `Some(1)` until the rule has run on a GPU (session 19 got no device
+    /// for it: docs/CUDA.md).
     pub gemm_split_k: Option<u32>,
     /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
     /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
@@ -184,7 +186,7 @@ impl Default for Tuning {
             gemm_min_blocks: 1,
             gemm_depth: 2,
             gemm_warps: crate::layout::GEMM_WARPS,
-            gemm_split_k: None,
+            gemm_split_k: Some(1),
             shared_carveout: None,
             tiles_from_s: None,
             mma_persistent: None,
