@@ -992,20 +992,7 @@ impl CudaBackend {
         let key = self.key_tuned(kernel, Build::GemvMmaPersist(m), s, tuning);
         let f = self.function_of(key.clone())?;
         let threads = 32 * tuning.mma_warps;
-        let per_sm = {
-            let mut map = self.resident.lock().unwrap_or_else(|p| p.into_inner());
-            match map.get(&key) {
-                Some(&n) => n,
-                None => {
-                    let n = f
-                        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-                        .map_err(CudaError::driver("occupancy of the persistent GEMV"))?
-                        .max(1);
-                    map.insert(key, n);
-                    n
-                }
-            }
-        };
+        let per_sm = self.blocks_per_sm(&key, &f, threads, 0)?;
         let max_grid = if tuning.mma_persist_grid > 0 {
             tuning.mma_persist_grid
         } else {
@@ -1850,10 +1837,7 @@ impl CudaBackend {
                 let stages =
                     layout::tile_stages(cap.kernel.fmt, mma.chunk_bytes, sh.row_bytes as usize);
                 let splits = match self.tuning.gemm_split_k {
-                    Some(n) => {
-                        let n = (n as usize).clamp(1, stages.max(1));
-                        stages.max(1).div_ceil(stages.max(1).div_ceil(n))
-                    }
+                    Some(n) => layout::whole_splits(stages, n as usize),
                     None => {
                         let per_sm = self.blocks_per_sm(&key, &f, 32 * warps, shared)?;
                         layout::gemm_splits(

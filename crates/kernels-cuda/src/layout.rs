@@ -560,8 +560,14 @@ pub fn tile_splits(
 ) -> usize {
     let most = (stages / min_stages.max(1)).max(1);
     let want = target_blocks.div_ceil(row_blocks.max(1)).clamp(1, most);
-    let per_split = stages.max(1).div_ceil(want);
-    stages.max(1).div_ceil(per_split)
+    whole_splits(stages, want)
+}
+
+/// At most `want` (at least 1) splits of `stages` k stages with none empty: as many as
+/// ceil(stages / want) stages each need (10 stages wanted 6 ways is 5 splits of 2).
+pub fn whole_splits(stages: usize, want: usize) -> usize {
+    let stages = stages.max(1);
+    stages.div_ceil(stages.div_ceil(want.clamp(1, stages)))
 }
 
 /// Stages each split of a GEMM's k range keeps at least (a split's partials cost one round
@@ -590,8 +596,7 @@ pub fn gemm_splits(blocks: usize, slots: usize, stages: usize) -> usize {
     if best > 1 && 10 * waves(best) > 9 * best * waves(1) {
         best = 1;
     }
-    // As many splits as ceil(stages / z) stages each need, so none is empty.
-    stages.div_ceil(stages.div_ceil(best))
+    whole_splits(stages, best)
 }
 
 /// CUDA blocks of a GEMM launch of `warps`-warp blocks: (row blocks, activation blocks).
@@ -1052,6 +1057,12 @@ mod tests {
         assert_eq!(gemm_splits(384, 132, 128), 1);
         // Too few stages to split.
         assert_eq!(gemm_splits(192, 132, 15), 1);
+        // 7.6 waves (8) against three splits' 22.7 (23 / 3 = 7.67): 4% is not worth the
+        // partials' trip.
+        assert_eq!(gemm_splits(1000, 132, 128), 1);
+        // No empty split: 10 stages wanted 6 ways are 5 splits of 2.
+        assert_eq!(whole_splits(10, 6), 5);
+        assert_eq!(whole_splits(0, 0), 1);
         // Two slots, three blocks: 2 waves against 3 halves... z = 2 costs 1.5 (25%).
         assert_eq!(gemm_splits(3, 2, 64), 2);
         for (blocks, slots, stages) in [(192, 132, 17), (7, 5, 9), (1, 1, 1), (0, 0, 0)] {
