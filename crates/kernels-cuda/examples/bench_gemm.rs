@@ -16,7 +16,7 @@
 
 mod bench_common;
 
-use bench_common::{check_head, fail, parse_shapes, time, time_queued};
+use bench_common::{check_head, fail, parse_shapes, time, time_queued, tuning_fields};
 use kernels_cuda::{CudaBackend, DeviceTensor, GemmPrecision, Tuning};
 use quant_core::testdata::{Rng, activations, weights};
 use quant_core::{EncodeOptions, Format, encode};
@@ -49,13 +49,7 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
     let (b, rest) = rest.split_once("st").ok_or_else(bad)?;
     let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
     // The stage count, then optional letter-number pairs.
-    let mut fields: Vec<(char, String)> = vec![('s', String::new())];
-    for ch in rest.chars() {
-        match (ch.is_ascii_digit(), fields.last_mut()) {
-            (true, Some((_, v))) => v.push(ch),
-            _ => fields.push((ch, String::new())),
-        }
-    }
+    let fields = tuning_fields('s', rest);
     let mut t = Tuning {
         gemm_nt_split: num(a)?,
         gemm_nt_f16: num(b)?,

@@ -38,6 +38,7 @@ mod bench_common;
 
 use bench_common::{
     check_head, copy_bandwidth, fail, parse_shapes, time, time_graph, time_queued_host,
+    tuning_fields,
 };
 use kernels_cuda::{CudaBackend, DeviceTensor, KernelPath, Tuning};
 use quant_core::testdata::{Rng, activations, weights};
@@ -161,8 +162,6 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             tiles_from_s: Some(1),
             ..Tuning::default()
         };
-        let mut key = 'w';
-        let mut num = String::new();
         let set = |k: char, v: &str, t: &mut Tuning| -> Result<(), String> {
             let v: u32 = v.parse().map_err(|_| bad())?;
             match k {
@@ -177,16 +176,9 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             }
             Ok(())
         };
-        for c in rest.chars() {
-            if c.is_ascii_digit() {
-                num.push(c);
-            } else {
-                set(key, &num, &mut t)?;
-                key = c;
-                num.clear();
-            }
+        for (k, v) in tuning_fields('w', rest) {
+            set(k, &v, &mut t)?;
         }
-        set(key, &num, &mut t)?;
         t.check()?;
         return Ok(t);
     }
@@ -202,13 +194,7 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
         tiles_from_s: Some(0),
         ..Tuning::default()
     };
-    let mut fields: Vec<(char, String)> = vec![('w', String::new())];
-    for c in rest.chars() {
-        match (c.is_ascii_digit() || c == 'x', fields.last_mut()) {
-            (true, Some((_, v))) => v.push(c),
-            _ => fields.push((c, String::new())),
-        }
-    }
+    let fields = tuning_fields('w', rest);
     let opt = |v: &str| -> Result<Option<u32>, String> {
         if v == "x" {
             Ok(None)

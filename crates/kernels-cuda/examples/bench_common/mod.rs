@@ -201,6 +201,20 @@ pub fn check_head(t: &EncodedTensor, x: &[f32], s: usize, y: &[f32]) -> f64 {
     })
 }
 
+/// A tuning name's tail, such as "8d3bxu32", as letter-value fields: the first value
+/// belongs to `first`, then each letter opens a field whose value is the digits (or `x`,
+/// "the source's default") after it: [('w', "8"), ('d', "3"), ('b', "x"), ('u', "32")].
+pub fn tuning_fields(first: char, rest: &str) -> Vec<(char, String)> {
+    let mut fields = vec![(first, String::new())];
+    for c in rest.chars() {
+        match (c.is_ascii_digit() || c == 'x', fields.last_mut()) {
+            (true, Some((_, v))) => v.push(c),
+            _ => fields.push((c, String::new())),
+        }
+    }
+    fields
+}
+
 /// Parses "4096x4096,14336x4096" into shapes.
 pub fn parse_shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
     list.split(',')
