@@ -537,8 +537,9 @@ impl CudaBackend {
         if let (Build::Gemm { .. } | Build::GemvTiles { .. }, Some(c)) =
             (&key.build, self.tuning.shared_carveout)
         {
-            // Without it the driver may size shared memory for one block an SM (session 19,
-            // ncu on the H100: the GEMM at 140 registers, 65.5 KB configured, 8 warps an SM).
+            // A build whose registers allow several blocks an SM may still get shared memory
+            // for one (ncu, session 19: the GEMM's SMs configured 65.5 KB); alone it gained
+            // nothing in session 19's sweep (docs/CUDA.md), so it is off by default.
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                 c as i32,
