@@ -1833,7 +1833,7 @@ impl CudaBackend {
                 let f = self.function_of(key.clone())?;
                 let warps = self.tuning.gemm_warps;
                 let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt, warps)?;
-                let shared = self.tuning.gemm_shared_bytes(l);
+                let shared = self.tuning.gemm_shared_bytes(&l);
                 let stages =
                     layout::tile_stages(cap.kernel.fmt, mma.chunk_bytes, sh.row_bytes as usize);
                 let splits = match self.tuning.gemm_split_k {
