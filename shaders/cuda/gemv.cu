@@ -1697,9 +1697,7 @@ TS_DEV void gemm_stage_x(const GArgs& a, i64 st, int nt0, u8* dst, int tid, int 
 
 // The warp's weights of stage st: rows r0w + 16 mt + g + 8 h, k-blocks U st + u, and the
 // raw scale words of each (row, k-block). Rows past O and k-blocks past the row read zeros.
-// WEIGHTS = false loads the scale words only (the weights travel through shared memory:
-// `gemm_cp_w`).
-template <int FMT, int GS, int CBT, int L, bool WEIGHTS = true>
+template <int FMT, int GS, int CBT, int L>
 TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
                         u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
                         u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR],
@@ -1719,14 +1717,11 @@ TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
                 for (int u = 0; u < G::U; ++u) {
                     const int r0 = r0w + 16 * mt, row = r0 + g + 8 * h;
                     const i64 kb = st * G::U + u;
-                    if constexpr (WEIGHTS) {
-                        if (kb < nkb && row < a.m.O) {
-                            ld_chunk<FMT, G::NW>(a.m.w + (i64)row * a.m.rb + mma_chunk_off<FMT, CBT>(kb, t),
-                                                 w[l][mt][h][u]);
-                        } else {
+                    if (kb < nkb && row < a.m.O) {
+                        ld_chunk<FMT, G::NW>(a.m.w + (i64)row * a.m.rb + mma_chunk_off<FMT, CBT>(kb, t), w[l][mt][h][u]);
+                    } else {
 #pragma unroll
-                            for (int k = 0; k < G::NW; ++k) w[l][mt][h][u][k] = 0;
-                        }
+                        for (int k = 0; k < G::NW; ++k) w[l][mt][h][u][k] = 0;
                     }
                     if constexpr (!MmaFmt<FMT>::ROW_SCALE) {
                         if (kb < nkb) {
@@ -1740,93 +1735,6 @@ TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
                     }
                 }
     }
-}
-
-// Weights through shared memory (-DTS_GEMM_WSMEM=1): a warp's stage is 2 KB (32 rows x
-// 64 bytes), word k of lane l's chunk of (m tile mt, half h, k-block u) at
-// 4 (((((mt 2 + h) U + u) 32 + l) NW) + k): each lane's chunk is one conflict-free
-// 16 / 8 / 4-byte shared load. The copies bypass registers, so a warp keeps no weight
-// stages in flight in registers (TS_GEMM_WDEPTH then only rings the scale words).
-enum { GEMM_WARP_STAGE_BYTES = 32 * 64 };
-
-// `bytes` (4, 8 or 16) global -> shared, or zeros where !valid (device: cp.async with a
-// source size of 0; host: a copy or a fill).
-template <int BYTES>
-TS_DEV void cp_zfill(u8* dst, const u8* src, bool valid) {
-#ifdef TS_HOST
-    for (int k = 0; k < BYTES; ++k) dst[k] = valid ? src[k] : 0;
-#else
-    u32 d;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-    const u32 n = valid ? BYTES : 0;
-    if constexpr (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
-    } else {
-        static_assert(BYTES == 8 || BYTES == 4, "4, 8 or 16 bytes");
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(BYTES), "r"(n)
-                     : "memory");
-    }
-#endif
-}
-
-// The warp's weights of stage st (as `gemm_load_w`'s) copied to its 2 KB at `dst`.
-template <int FMT, int CBT, int L>
-TS_DEV void gemm_cp_w(const GArgs& a, int r0w, i64 st, int lane0, u8* dst, i64 st_end = (i64)1 << 62) {
-    typedef GemmShape<FMT, CBT> G;
-    const i64 nkb = st < st_end ? mma_kblocks<FMT, CBT>(a.m) : 0;
-#pragma unroll
-    for (int l = 0; l < L; ++l) {
-        const int lane = lane0 + l, g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int u = 0; u < G::U; ++u) {
-                    const int row = r0w + 16 * mt + g + 8 * h;
-                    const i64 kb = st * G::U + u;
-                    const bool valid = kb < nkb && row < a.m.O;
-                    // A zero-size copy still forms its address: keep it inside the buffer.
-                    const u8* src = valid ? a.m.w + (i64)row * a.m.rb + mma_chunk_off<FMT, CBT>(kb, t) : a.m.w;
-                    u8* d = dst + 4 * (((((mt * 2 + h) * G::U + u) * 32) + lane) * G::NW);
-                    if constexpr (FMT == TS_FMT_HFQ4 || FMT == TS_FMT_MQ4_V2 || FMT == TS_FMT_MQ4C) {
-                        // 8-byte aligned 136-byte blocks (ld_chunk).
-                        cp_zfill<8>(d, src, valid);
-                        cp_zfill<8>(d + 8, valid ? src + 8 : src, valid);
-                    } else {
-                        cp_zfill<4 * G::NW>(d, src, valid);
-                    }
-                }
-    }
-}
-
-// The warp's stage back from shared memory into `gemm_compute`'s register form.
-template <int FMT, int CBT, int L>
-TS_DEV void gemm_lds_w(const u8* src, int lane0, u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW]) {
-    typedef GemmShape<FMT, CBT> G;
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int u = 0; u < G::U; ++u) {
-                    const u8* p = src + 4 * (((((mt * 2 + h) * G::U + u) * 32) + lane0 + l) * G::NW);
-                    if constexpr (G::NW == 4) {
-                        const U4 v = *reinterpret_cast<const U4*>(p);
-                        w[l][mt][h][u][0] = v.x;
-                        w[l][mt][h][u][1] = v.y;
-                        w[l][mt][h][u][2] = v.z;
-                        w[l][mt][h][u][3] = v.w;
-                    } else if constexpr (G::NW == 2) {
-                        const U2 v = *reinterpret_cast<const U2*>(p);
-                        w[l][mt][h][u][0] = v.x;
-                        w[l][mt][h][u][1] = v.y;
-                    } else {
-                        w[l][mt][h][u][0] = *reinterpret_cast<const u32*>(p);
-                    }
-                }
 }
 
 // acc (+)= the warp's 32 rows x the block's B columns over stage st, with `xs` the stage's
@@ -2071,12 +1979,6 @@ __device__ __forceinline__ void gemv_body(const u8* __restrict__ w, const u8* __
 #ifndef TS_GEMM_MINB
 #define TS_GEMM_MINB 1
 #endif
-// TS_GEMM_WSMEM=1: the weights join the activations' cp.async ring (TS_GEMM_STAGES deep,
-// after the activation stages in dynamic shared memory, GEMM_WARP_STAGE_BYTES a warp and
-// stage), so no weight registers are held across stages and more blocks fit an SM.
-#ifndef TS_GEMM_WSMEM
-#define TS_GEMM_WSMEM 0
-#endif
 TS_DEV void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 TS_DEV void cp_wait() {
@@ -2126,19 +2028,9 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     const i64 sps = (nst + nz - 1) / nz;
     const i64 st0 = (i64)blockIdx.z * sps;
     const i64 st1 = st0 + sps < nst ? st0 + sps : nst;
-    // The warp's weight stages (TS_GEMM_WSMEM), after the activation ring.
-    u8* const wsm = smem + ST * SB + warp * GEMM_WARP_STAGE_BYTES;
-    auto stage = [&](i64 k) {
-        gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, k, nt0, smem + (k % ST) * SB, tid, blockDim.x);
-        if constexpr (TS_GEMM_WSMEM) {
-            if (active)
-                gemm_cp_w<TS_FMT, TS_MMA, 1>(a, r0w, k, lane, wsm + (k % ST) * (TS_GEMM_WARPS * GEMM_WARP_STAGE_BYTES),
-                                             st1);
-        }
-    };
 #pragma unroll
     for (int k = 0; k < ST - 1; ++k) {
-        if (st0 + k < st1) stage(st0 + k);
+        if (st0 + k < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, st0 + k, nt0, smem + ((st0 + k) % ST) * SB, tid, blockDim.x);
         cp_commit();
     }
     float acc[1][2][NTW][4];
@@ -2150,13 +2042,10 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
             for (int e = 0; e < 4; ++e) acc[0][mt][j][e] = 0.0f;
     // A ring of WD weight stages: while stage st is multiplied, st + 1 .. st + WD - 1 are
     // in flight; its registers are refilled WD stages ahead right after.
-    // With TS_GEMM_WSMEM only the scale words ride this ring (wv is then loaded from shared
-    // memory at each stage).
     u32 wv[WD][1][2][2][G::U][G::NW];
     u32 sv[WD][1][2][2][G::U][F::NR];
 #pragma unroll
-    for (int d = 0; d < WD; ++d)
-        gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1, !TS_GEMM_WSMEM>(a, r0w, st0 + d, lane, wv[d], sv[d], st1);
+    for (int d = 0; d < WD; ++d) gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st0 + d, lane, wv[d], sv[d], st1);
     for (i64 sb = st0; sb < st1; sb += WD) {
 #pragma unroll
         for (int d = 0; d < WD; ++d) {
@@ -2167,15 +2056,12 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
             cp_wait<ST - 2>();
             __syncthreads();
             const i64 nx = st + ST - 1;
-            if (nx < st1) stage(nx);
+            if (nx < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, nx, nt0, smem + (nx % ST) * SB, tid, blockDim.x);
             cp_commit();
-            if constexpr (TS_GEMM_WSMEM) {
-                if (active) gemm_lds_w<TS_FMT, TS_MMA, 1>(wsm + (st % ST) * (TS_GEMM_WARPS * GEMM_WARP_STAGE_BYTES), lane, wv[d]);
-            }
             if (active)
                 gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB, nt0,
                                                               acc);
-            gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1, !TS_GEMM_WSMEM>(a, r0w, st + WD, lane, wv[d], sv[d], st1);
+            gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + WD, lane, wv[d], sv[d], st1);
         }
     }
     if (nz == 1) {

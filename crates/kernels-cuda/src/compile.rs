@@ -109,10 +109,6 @@ pub struct Tuning {
     pub gemm_depth: u32,
     /// Warps of a GEMM block (`TS_GEMM_WARPS` of [`Build::Gemm`]; 32 rows each).
     pub gemm_warps: u32,
-    /// The GEMM's weights join the activations' cp.async ring in shared memory
-    /// (`TS_GEMM_WSMEM`) instead of `gemm_depth` stages of registers a warp, which frees
-    /// the registers that kept it at one block an SM (session 19's ncu: 140 a thread).
-    pub gemm_smem_weights: bool,
     /// Splits of the GEMM's k range (gridDim.z, reduced by each row block's last split in
     /// one launch): `None` by [`crate::layout::gemm_splits`]' rule (a grid just past whole
     /// waves of resident blocks), `Some(n)` n splits (at most the stages allow; 1: never).
@@ -190,7 +186,6 @@ impl Default for Tuning {
             gemm_min_blocks: 1,
             gemm_depth: 2,
             gemm_warps: crate::layout::GEMM_WARPS,
-            gemm_smem_weights: false,
             gemm_split_k: Some(1),
             shared_carveout: None,
             tiles_from_s: None,
@@ -247,17 +242,6 @@ impl Tuning {
         } else {
             self.gemm_nt_f16
         }
-    }
-
-    /// Dynamic shared memory of a GEMM block of layout `l` under this tuning (activation
-    /// stages, and the weight stages where [`Self::gemm_smem_weights`]).
-    pub fn gemm_shared_bytes(&self, l: &crate::layout::GemmLayout) -> usize {
-        let weight_warps = if self.gemm_smem_weights {
-            self.gemm_warps as usize
-        } else {
-            0
-        };
-        l.shared_bytes(self.gemm_stages as usize, weight_warps)
     }
 }
 
@@ -405,10 +389,6 @@ impl ModuleKey {
                 o.push(format!("-DTS_GEMM_WDEPTH={}", t.gemm_depth));
                 o.push(format!("-DTS_GEMM_MINB={}", t.gemm_min_blocks));
                 o.push(format!("-DTS_GEMM_WARPS={}", t.gemm_warps));
-                o.push(format!(
-                    "-DTS_GEMM_WSMEM={}",
-                    u32::from(t.gemm_smem_weights)
-                ));
             }
             Build::GemvTiles { mma, nt } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));

@@ -523,8 +523,10 @@ impl CudaBackend {
             // The activation stages exceed the 48 KB a block gets without asking.
             let l = self.gemm_layout(kernel, mma.chunk_bytes, *parts);
             let bytes =
-                i32::try_from(self.tuning.gemm_shared_bytes(&l)).map_err(|_| CudaError::Input {
-                    what: format!("GEMM shared memory of {l:?} overflows"),
+                i32::try_from(l.shared_bytes(self.tuning.gemm_stages as usize)).map_err(|_| {
+                    CudaError::Input {
+                        what: format!("GEMM shared memory of {l:?} overflows"),
+                    }
                 })?;
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -1263,8 +1265,7 @@ impl CudaBackend {
             small(l.padded(s), "padded S")?,
         );
         let gx32 = u32::try_from(gx).map_err(|_| shape_err(format!("{gx} row blocks")))?;
-        // The tile GEMV keeps its weights in registers.
-        let shared = l.shared_bytes(tuning.gemm_stages as usize, 0);
+        let shared = l.shared_bytes(tuning.gemm_stages as usize);
         let cfg = LaunchConfig {
             grid_dim: (gx32, 1, splits as u32),
             block_dim: (rows_per_block as u32, 1, 1),
@@ -1833,7 +1834,7 @@ impl CudaBackend {
                 let f = self.function_of(key.clone())?;
                 let warps = self.tuning.gemm_warps;
                 let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt, warps)?;
-                let shared = self.tuning.gemm_shared_bytes(&l);
+                let shared = l.shared_bytes(self.tuning.gemm_stages as usize);
                 let stages =
                     layout::tile_stages(cap.kernel.fmt, mma.chunk_bytes, sh.row_bytes as usize);
                 let splits = match self.tuning.gemm_split_k {

@@ -36,9 +36,6 @@ pub const MMA_SUM_SEGMENT: usize = 128;
 /// Warps of a GEMM block by default (gemv.cu `TS_GEMM_WARPS`, `Tuning::gemm_warps`); each
 /// owns 32 rows.
 pub const GEMM_WARPS: u32 = 8;
-/// Bytes of one GEMM warp's weights of one stage (gemv.cu `GEMM_WARP_STAGE_BYTES`): 32
-/// rows x 4 lanes x 16 bytes, whatever the chunk (a stage is 16 bytes of a row per lane).
-pub const GEMM_WARP_STAGE_BYTES: usize = 32 * 64;
 /// Pairs of a MoE work item (gemv.cu `TS_MOE`): tokens routed to one expert, computed
 /// together so its weights are read once per item.
 pub const MOE_PAIRS: usize = 4;
@@ -454,11 +451,9 @@ impl GemmLayout {
     pub fn padded(&self, s: usize) -> usize {
         8 * self.tiles(s) / self.parts
     }
-    /// Bytes of dynamic shared memory of a block with `stages` stages: the activation
-    /// tiles, then, where the weights travel through shared memory
-    /// (`Tuning::gemm_smem_weights`), `weight_warps` warps' weight stages (0: none).
-    pub fn shared_bytes(&self, stages: usize, weight_warps: usize) -> usize {
-        stages * (self.nt * self.stage_cols() * 8 * 2 + weight_warps * GEMM_WARP_STAGE_BYTES)
+    /// Bytes of dynamic shared memory of a block with `stages` stages.
+    pub fn shared_bytes(&self, stages: usize) -> usize {
+        stages * self.nt * self.stage_cols() * 8 * 2
     }
     /// Offset (in halves) of B column `n`, column `i` in the GEMM's activation buffer of
     /// `tiles` n8 tiles (gemv.cu's GEMM comment): per stage, per n8 tile, per (k-block, quad),

@@ -88,7 +88,6 @@ type EmuGemmFn = unsafe extern "C" fn(
     i32,
     i32,
     i32,
-    i32,
 ) -> i32;
 
 struct Emulator {
@@ -285,7 +284,6 @@ impl Emulator {
         s: usize,
         precision: GemmPrecision,
         nt: usize,
-        smem_weights: bool,
     ) -> Option<Vec<f32>> {
         let cap = caps::lookup(Op::Gemm, t.format, s).ok()?;
         let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
@@ -326,7 +324,6 @@ impl Emulator {
                 sh.sc_row,
                 l.tiles(s) as i32,
                 l.padded(s) as i32,
-                i32::from(smem_weights),
             )
         };
         assert_eq!(rc, 0, "emulator refused the GEMM of {} S={s}", t.format);
@@ -479,25 +476,16 @@ fn takes_tensor_core_gemm(t: &EncodedTensor) -> bool {
     caps::lookup(Op::Gemm, t.format, 17).is_ok_and(|c| c.mma_for(sh.row_bytes as usize).is_some())
 }
 
-/// The GEMM configurations the emulator runs (precision, n8 tiles a block, weights through
-/// shared memory): the library's default tiling for both precisions, and both precisions
-/// with 4 n8 tiles a block (the F16 default before session 19) with the weights through
-/// shared memory (`Tuning::gemm_smem_weights`' layout).
-fn gemm_configs() -> Vec<(GemmPrecision, usize, bool)> {
+/// The GEMM configurations the emulator runs: the library's default tiling for both
+/// precisions, and both precisions with 4 n8 tiles a block (the F16 default before
+/// session 19).
+fn gemm_configs() -> Vec<(GemmPrecision, usize)> {
     let t = Tuning::default();
     vec![
-        (
-            GemmPrecision::Split,
-            t.gemm_nt(2) as usize,
-            t.gemm_smem_weights,
-        ),
-        (
-            GemmPrecision::F16,
-            t.gemm_nt(1) as usize,
-            t.gemm_smem_weights,
-        ),
-        (GemmPrecision::Split, 4, true),
-        (GemmPrecision::F16, 4, true),
+        (GemmPrecision::Split, t.gemm_nt(2) as usize),
+        (GemmPrecision::F16, t.gemm_nt(1) as usize),
+        (GemmPrecision::Split, 4),
+        (GemmPrecision::F16, 4),
     ]
 }
 
@@ -522,23 +510,21 @@ fn gemm_matches_the_oracle() {
             shapes_run += 1;
             for s in [17, 100] {
                 let x = inputs(s, cols, &mut rng);
-                for (k, (precision, nt, wsm)) in gemm_configs().into_iter().enumerate() {
-                    let y = emu.gemm(&t, &x, s, precision, nt, wsm).unwrap_or_else(|| {
+                for (k, (precision, nt)) in gemm_configs().into_iter().enumerate() {
+                    let y = emu.gemm(&t, &x, s, precision, nt).unwrap_or_else(|| {
                         panic!("{format} [{rows}, {cols}]: no tensor-core GEMM")
                     });
                     runs += 1;
                     match check_at(&t, &x, s, &y, precision.tolerance()) {
                         Ok(e) => worst[k] = worst[k].max(e),
-                        Err(msg) => failures.push(format!(
-                            "{msg} ({precision:?}, nt {nt}, smem weights {wsm})"
-                        )),
+                        Err(msg) => failures.push(format!("{msg} ({precision:?}, nt {nt})")),
                     }
                 }
             }
         }
         assert!(shapes_run >= 3, "{format}: only {shapes_run} GEMM shapes");
         println!(
-            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} / {:.2e} (split / f16, nt 4, smem weights)",
+            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} / {:.2e} (split / f16, nt 4)",
             worst[0], worst[1], worst[2], worst[3]
         );
     }
@@ -565,9 +551,9 @@ fn gemm_fp8_nan_poisons_exactly_its_row() {
         t.weights[130 * cols + cols - 1] = 0xFF;
         let s = 20;
         let x = inputs(s, cols, &mut rng);
-        for (precision, nt, wsm) in gemm_configs() {
+        for (precision, nt) in gemm_configs() {
             let y = emu
-                .gemm(&t, &x, s, precision, nt, wsm)
+                .gemm(&t, &x, s, precision, nt)
                 .expect("tensor-core GEMM");
             check_at(&t, &x, s, &y, precision.tolerance()).unwrap();
             for k in 0..s {
@@ -641,8 +627,8 @@ fn each_mutation_breaks_every_format_it_touches() {
             let s = 20;
             let x = inputs(s, cols, &mut rng);
             let reference = reference_gemm(&t.view(), &x, s);
-            for (precision, nt, wsm) in gemm_configs() {
-                let Some(y) = emu.gemm(&t, &x, s, precision, nt, wsm) else {
+            for (precision, nt) in gemm_configs() {
+                let Some(y) = emu.gemm(&t, &x, s, precision, nt) else {
                     continue;
                 };
                 let w = worst_error(&y, &reference);

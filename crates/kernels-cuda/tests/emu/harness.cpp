@@ -262,14 +262,11 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
 // ---- the GEMM: each block's stages in turn (the stage copy as one "thread"), each warp's
 // 32 lanes at once, as the device runs them between its barriers ----
 
-// wsmem: each warp's weights of a stage go through `gemm_cp_w` / `gemm_lds_w` (the
-// TS_GEMM_WSMEM layout) instead of straight from `gemm_load_w`.
 template <int FMT, int GS, int CBT, int P, int NTW>
-static void run_gemm(const GArgs& a, float* y, bool wsmem) {
+static void run_gemm(const GArgs& a, float* y) {
     typedef GemmShape<FMT, CBT> G;
     const i64 nkb = mma_kblocks<FMT, CBT>(a.m), nst = (nkb + G::U - 1) / G::U;
     u8* smem = (u8*)std::aligned_alloc(256, (size_t)(NTW * G::TILE));
-    u8* wsm = (u8*)std::aligned_alloc(256, (size_t)GEMM_WARP_STAGE_BYTES);
     typedef float Acc[32][2][NTW][4];
     Acc* acc = (Acc*)std::malloc(sizeof(Acc) * TS_GEMM_WARPS);
     for (int rb0 = 0; rb0 < a.m.O; rb0 += 32 * TS_GEMM_WARPS)
@@ -283,12 +280,6 @@ static void run_gemm(const GArgs& a, float* y, bool wsmem) {
                     u32 wv[32][2][2][G::U][G::NW];
                     u32 sv[32][2][2][G::U][MmaFmt<FMT>::NR];
                     gemm_load_w<FMT, GS, CBT, 32>(a, r0w, st, 0, wv, sv);
-                    if (wsmem) {
-                        std::memset(wsm, 0xA5, GEMM_WARP_STAGE_BYTES);
-                        std::memset(wv, 0xA5, sizeof wv);
-                        gemm_cp_w<FMT, CBT, 32>(a, r0w, st, 0, wsm);
-                        gemm_lds_w<FMT, CBT, 32>(wsm, 0, wv);
-                    }
                     gemm_compute<FMT, GS, CBT, P, NTW, 32>(a, r0w, st, 0, wv, sv, smem, nt0, acc[warp]);
                 }
             }
@@ -298,7 +289,6 @@ static void run_gemm(const GArgs& a, float* y, bool wsmem) {
             }
         }
     std::free(acc);
-    std::free(wsm);
     std::free(smem);
 }
 
@@ -307,7 +297,7 @@ static void run_gemm(const GArgs& a, float* y, bool wsmem) {
 // Returns 0, -1 for a (format, group, chunk) without a GEMM, -2 for an unsupported P / nt.
 extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8* w, i64 wlen, const u8* sc,
                            i64 sclen, const unsigned short* xg, i64 xglen, const float* xa, i64 xalen, float* y,
-                           i64 rb, int O, int S, int xs, int sc_row, int nbt, int sp, int wsmem) {
+                           i64 rb, int O, int S, int xs, int sc_row, int nbt, int sp) {
     GArgs a;
     a.m.w = (const u8*)aligned_copy(w, wlen);
     a.m.sc = (const u8*)aligned_copy(sc, sclen);
@@ -323,7 +313,7 @@ extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8
     a.sp = sp;
     int rc = -1;
 #define TS_EMU_GEMM_PN(F_, G_, C_, P_, N_) \
-    if (fmt == F_ && gs == G_ && cbt == C_ && parts == P_ && nt == N_) rc = (run_gemm<F_, G_, C_, P_, N_>(a, y, wsmem != 0), 0);
+    if (fmt == F_ && gs == G_ && cbt == C_ && parts == P_ && nt == N_) rc = (run_gemm<F_, G_, C_, P_, N_>(a, y), 0);
 #define TS_EMU_GEMM(F_, G_, C_)       \
     TS_EMU_GEMM_PN(F_, G_, C_, 2, 8) \
     TS_EMU_GEMM_PN(F_, G_, C_, 1, 8) \
