@@ -474,7 +474,6 @@ impl CudaBackend {
         }
     }
 
-    /// The compiled kernel of a build (NVRTC on first use).
     /// Blocks of `f` (built as `key`) an SM holds at once with `threads` threads and
     /// `shared` bytes of dynamic shared memory: the driver's occupancy, asked once a build.
     fn blocks_per_sm(
@@ -496,6 +495,7 @@ impl CudaBackend {
         Ok(n)
     }
 
+    /// The compiled kernel of a build (NVRTC on first use).
     fn function(
         &self,
         kernel: KernelId,
@@ -1895,10 +1895,11 @@ impl CudaBackend {
                 // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*,
                 // f32*, i64, i32, i32, i32, i32, i32, i32, f32*, u32*; the last two unused
                 // with one split, else grown above to splits * S * O floats and one zeroed
-                // counter per (row, activation) block, each reset by its block's last split). `xg` holds tiles * 8 * x_stride
-                // halves and `xa` padded * (1 + x_stride / MMA_SUM_SEGMENT) floats for this tensor's
-                // stride (layout::gemm_activations with the same layout the kernel was built
-                // for: checked above); the grid covers tiles / nt column blocks exactly; `y`
+                // counter per (row, activation) block, each reset by its block's last
+                // split). `xg` holds tiles * 8 * x_stride halves and `xa` padded * (1 +
+                // x_stride / MMA_SUM_SEGMENT) floats for this tensor's stride
+                // (layout::gemm_activations with the same layout the kernel was built for:
+                // checked above); the grid covers tiles / nt column blocks exactly; `y`
                 // holds S * rows floats (checked above) and the kernel writes only s < S,
                 // row < O; `mma_for` admitted only rows made of whole k-blocks, so every
                 // weight load stays inside its row; the dynamic shared memory is what the
