@@ -2,7 +2,8 @@
 # The CUDA tier's device run (copied to .device/run.sh by device-bundle.sh). From the
 # repository root on the GPU machine:
 #   bash .device/run.sh test     conformance suite (GEMV, GEMM, MoE), then the three mutation
-#                                runs on the GEMV, the GEMM and the MoE GEMV (each must fail)
+#                                runs on the GEMV, the GEMM and the MoE GEMV, and split-sum on
+#                                the split-K GEMM (each must fail)
 #   bash .device/run.sh bench    bench_gemv (with $TUNINGS), bench_gemm, then the torch anchors
 #                                (SKIP_GEMM=1 leaves out bench_gemm and the cuBLAS GEMM
 #                                anchor, SKIP_ANCHORS=1 the torch anchors)
@@ -44,6 +45,16 @@ if has test; then
       echo "mutation $m $t: $verdict" | tee -a "$OUT/summary.txt"
     done
   done
+  # The split-K reduction's own mutation: only the forced-split GEMM test reaches it.
+  log="$OUT/mutate_split-sum.log"
+  TESSERA_CUDA_MUTATE=split-sum TESSERA_FORMATS=int4-g64,int8-row \
+    timeout 90 .device/gemv_vs_oracle --test-threads=1 --nocapture --exact gemm_split_k_matches_the_oracle > "$log" 2>&1
+  rc=$?
+  if grep -q "skipped:" "$log"; then verdict="skipped (no GPU)"
+  elif ! grep -q "^test result:" "$log"; then verdict="no verdict (rc=$rc, see the log)"
+  elif sed -n '/^failures:$/,/^test result:/p' "$log" | grep -qx "    gemm_split_k_matches_the_oracle"; then verdict="caught (the test failed, as it must)"
+  else verdict="NOT CAUGHT"; fi
+  echo "mutation split-sum gemm_split_k_matches_the_oracle: $verdict" | tee -a "$OUT/summary.txt"
 fi
 if has bench; then
   echo "== bench_gemv"

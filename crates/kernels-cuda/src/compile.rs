@@ -35,16 +35,20 @@ pub enum Mutation {
     GroupOffByOne,
     /// Every scale multiplied by 1.01.
     Scale1Pct,
+    /// The GEMM's split-K reduction leaves out split 1's partial.
+    SplitSum,
 }
 
 #[cfg(feature = "mutation-test")]
 impl Mutation {
-    /// Parses the `TESSERA_CUDA_MUTATE` spelling: swap-nibbles, group-off-by-one, scale-1pct.
+    /// Parses the `TESSERA_CUDA_MUTATE` spelling: swap-nibbles, group-off-by-one, scale-1pct,
+    /// split-sum.
     pub fn parse(name: &str) -> Option<Mutation> {
         match name {
             "swap-nibbles" => Some(Mutation::SwapNibbles),
             "group-off-by-one" => Some(Mutation::GroupOffByOne),
             "scale-1pct" => Some(Mutation::Scale1Pct),
+            "split-sum" => Some(Mutation::SplitSum),
             _ => None,
         }
     }
@@ -55,6 +59,7 @@ impl Mutation {
             Mutation::SwapNibbles => "TS_MUTATE_SWAP_NIBBLES",
             Mutation::GroupOffByOne => "TS_MUTATE_GROUP_OFF_BY_ONE",
             Mutation::Scale1Pct => "TS_MUTATE_SCALE_1PCT",
+            Mutation::SplitSum => "TS_MUTATE_SPLIT_SUM",
         }
     }
 }
@@ -660,6 +665,7 @@ mod tests {
             Mutation::SwapNibbles,
             Mutation::GroupOffByOne,
             Mutation::Scale1Pct,
+            Mutation::SplitSum,
         ] {
             assert!(
                 GEMV_SOURCE.contains(&format!("#ifdef {}", m.define())),

@@ -372,6 +372,14 @@ impl CudaBackend {
         Self::open(None, tuning)
     }
 
+    /// Device 0 with `tuning` and this backend's deliberate defect, if it carries one: a
+    /// test that needs a second tuning (forced split-K, other schedules) keeps the mutation
+    /// it is run under.
+    pub fn with_other_tuning(&self, tuning: Tuning) -> Result<CudaBackend, CudaError> {
+        tuning.check().map_err(|what| CudaError::Input { what })?;
+        Self::open(self.mutation, tuning)
+    }
+
     /// A backend whose kernels carry a deliberate defect (mutation tests only).
     #[cfg(feature = "mutation-test")]
     pub fn with_mutation(m: crate::compile::Mutation) -> Result<CudaBackend, CudaError> {

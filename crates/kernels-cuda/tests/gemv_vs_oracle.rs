@@ -47,7 +47,7 @@ fn backend() -> Option<&'static CudaBackend> {
     let b = B.get_or_init(|| match std::env::var("TESSERA_CUDA_MUTATE") {
         Ok(name) if !name.is_empty() => {
             let m = Mutation::parse(&name)
-                .unwrap_or_else(|| panic!("TESSERA_CUDA_MUTATE={name}: expected swap-nibbles, group-off-by-one or scale-1pct"));
+                .unwrap_or_else(|| panic!("TESSERA_CUDA_MUTATE={name}: expected swap-nibbles, group-off-by-one, scale-1pct or split-sum"));
             println!("MUTATION {name}: the kernels carry a deliberate defect; this run must fail");
             CudaBackend::with_mutation(m)
         }
@@ -552,11 +552,12 @@ fn gemm_split_k_matches_the_oracle() {
     println!("seed {seed} (replay with TESSERA_SEED={seed})");
     let mut failures = Vec::new();
     for z in [2, 3] {
-        let bz = CudaBackend::with_tuning(Tuning {
-            gemm_split_k: Some(z),
-            ..b.tuning().clone()
-        })
-        .unwrap_or_else(|e| panic!("backend with {z} splits: {e}"));
+        let bz = b
+            .with_other_tuning(Tuning {
+                gemm_split_k: Some(z),
+                ..b.tuning().clone()
+            })
+            .unwrap_or_else(|e| panic!("backend with {z} splits: {e}"));
         for format in gemm_formats_under_test() {
             let mut rng = format_rng(seed ^ 0x5B11 ^ u64::from(z), format);
             let mut worst = 0f64;

@@ -179,6 +179,7 @@ fn mutated_builds_compile() {
         Mutation::SwapNibbles,
         Mutation::GroupOffByOne,
         Mutation::Scale1Pct,
+        Mutation::SplitSum,
     ] {
         for (kernel, build, s) in builds(false) {
             compile::ptx(&key(kernel, build, s, Some(m.define())))
