@@ -2,6 +2,8 @@
 //! (fixtures/gen_models.py) against the engine on the CPU, for every position of the
 //! sequence (one full forward pass) and for the greedy tokens (decoded with the KV cache).
 //! The Llama and DeepSeek weights are also run under scaled-RoPE configs (llama3, yarn).
+//! parity-deepseek-v3-qproj covers DeepSeek's other branches (plain q_proj, RoPE by halves,
+//! unnormalised top-k weights, two shared experts).
 //! Bound: max |engine - reference| <= 1e-3 x max |reference logit|.
 
 mod common;
@@ -74,6 +76,13 @@ fn qwen3_f32_matches_transformers() {
 #[test]
 fn deepseek_v3_f32_matches_transformers() {
     parity("parity-deepseek-v3");
+}
+
+/// The other MLA / MoE branches: a plain q_proj (q_lora_rank null), RoPE by halves,
+/// routing weights not renormalised (norm_topk_prob false), two shared experts.
+#[test]
+fn deepseek_v3_q_proj_f32_matches_transformers() {
+    parity("parity-deepseek-v3-qproj");
 }
 
 #[test]

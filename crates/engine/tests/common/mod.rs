@@ -5,7 +5,12 @@
 use engine::{LoadOptions, Model, ModelSource};
 use std::path::PathBuf;
 
-pub const FIXTURES: [&str; 3] = ["parity-llama", "parity-qwen3", "parity-deepseek-v3"];
+pub const FIXTURES: [&str; 4] = [
+    "parity-llama",
+    "parity-qwen3",
+    "parity-deepseek-v3",
+    "parity-deepseek-v3-qproj",
+];
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
