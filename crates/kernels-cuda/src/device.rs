@@ -368,16 +368,23 @@ impl CudaBackend {
     /// Device 0 with other kernel-shape knobs (benchmarks compare them; results are the
     /// same, only speed differs).
     pub fn with_tuning(tuning: Tuning) -> Result<CudaBackend, CudaError> {
-        tuning.check().map_err(|what| CudaError::Input { what })?;
-        Self::open(None, tuning)
+        Self::open_tuned(None, tuning)
     }
 
     /// Device 0 with `tuning` and this backend's deliberate defect, if it carries one: a
     /// test that needs a second tuning (forced split-K, other schedules) keeps the mutation
     /// it is run under.
     pub fn with_other_tuning(&self, tuning: Tuning) -> Result<CudaBackend, CudaError> {
+        Self::open_tuned(self.mutation, tuning)
+    }
+
+    /// [`Self::open`] with a caller's tuning, refused if its knobs are out of range.
+    fn open_tuned(
+        mutation: Option<&'static str>,
+        tuning: Tuning,
+    ) -> Result<CudaBackend, CudaError> {
         tuning.check().map_err(|what| CudaError::Input { what })?;
-        Self::open(self.mutation, tuning)
+        Self::open(mutation, tuning)
     }
 
     /// A backend whose kernels carry a deliberate defect (mutation tests only).
