@@ -1909,6 +1909,148 @@ TS_DEV void gemm_store(const GArgs& a, int r0w, int nt0, int lane0, const float 
     }
 }
 
+#ifdef TS_WGMMA
+// ---- the GEMM on the warpgroup MMA (-DTS_WGMMA, sm_90a; row-scaled formats) -------------
+//
+// The four warps of a warpgroup issue one wgmma.m64n64k16 for their four m16 tiles: A from
+// each warp's registers (the fragments mma16816 takes, decoded the same way), B (the
+// block's 8 n8 tiles) read by the tensor cores from the stage's tiles in shared memory,
+// which the host lays out as core matrices (layout.rs `GemmLayout::canonical`): a k16
+// slice is 256 bytes of each n8 tile, its two k halves 128 bytes apart (the descriptor's
+// leading offset), the n8 tiles TILE bytes apart (its stride offset), each core matrix 8
+// columns of 16 bytes. The MMAs run asynchronously: a warp decodes the next slice pair
+// while the tensor cores multiply the last one, one commit group in flight behind it.
+// The accumulators stay in registers in mma16816's C layout, so the store is unchanged.
+// Warp w's outputs depend only on its own A fragment and B, so the host emulation runs
+// each warp alone (wg_mma_n64 below), which checks the layout and the indexing; the probe
+// example (examples/tensor_probe.rs) checks on the device that the tensor cores read the
+// canonical layout so.
+#ifdef TS_HOST
+TS_DEV void wg_fence() {}
+TS_DEV void wg_commit() {}
+template <int N>
+TS_DEV void wg_wait() {}
+#else
+TS_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+TS_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+TS_DEV void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Writes by the generic proxy (cp.async's landed bytes) made visible to the tensor cores'.
+TS_DEV void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+TS_DEV u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+// Shared-memory matrix descriptor, no swizzle: start, leading and stride byte offsets.
+TS_DEV unsigned long long wg_desc(u32 addr, u32 lead, u32 stride) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lead >> 4) & 0x3FFFu) << 16) |
+           ((unsigned long long)((stride >> 4) & 0x3FFFu) << 32);
+}
+#endif
+
+// acc[.][mt] (+)= A (each lane's warp's 16 rows of the warpgroup's 64, in mma16816's A
+// layout) . B [16 x 64], the k16 slice of the stage's tiles at `b` (`tile` bytes an n8 tile).
+template <int L>
+TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], const u8* b, int tile) {
+#ifdef TS_HOST
+    static_assert(L == 32, "the host emulation runs a whole warp");
+    float A[16][16], B[16][64];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + h] = f16_to_f32((a[lane][0] >> (16 * h)) & 0xFFFFu);
+            A[g + 8][2 * t + h] = f16_to_f32((a[lane][1] >> (16 * h)) & 0xFFFFu);
+            A[g][2 * t + 8 + h] = f16_to_f32((a[lane][2] >> (16 * h)) & 0xFFFFu);
+            A[g + 8][2 * t + 8 + h] = f16_to_f32((a[lane][3] >> (16 * h)) & 0xFFFFu);
+        }
+    }
+    for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < 64; ++n) {
+            const u8* e = b + (k >> 3) * 128 + (n >> 3) * tile + (n & 7) * 16 + (k & 7) * 2;
+            B[k][n] = f16_to_f32((u32)e[0] | ((u32)e[1] << 8));
+        }
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int j = 0; j < 8; ++j)
+            for (int q = 0; q < 4; ++q) {
+                const int row = g + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
+                float s = 0.0f;
+                for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];  // products exact in f32
+                acc[lane][mt][j][q] += s;
+            }
+    }
+#else
+    static_assert(L == 1, "one lane per thread on the device");
+    const unsigned long long desc = wg_desc(smem_u32(b), 128, (u32)tile);
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(acc[0][mt][0][0]), "+f"(acc[0][mt][0][1]), "+f"(acc[0][mt][0][2]), "+f"(acc[0][mt][0][3]),
+          "+f"(acc[0][mt][1][0]), "+f"(acc[0][mt][1][1]), "+f"(acc[0][mt][1][2]), "+f"(acc[0][mt][1][3]),
+          "+f"(acc[0][mt][2][0]), "+f"(acc[0][mt][2][1]), "+f"(acc[0][mt][2][2]), "+f"(acc[0][mt][2][3]),
+          "+f"(acc[0][mt][3][0]), "+f"(acc[0][mt][3][1]), "+f"(acc[0][mt][3][2]), "+f"(acc[0][mt][3][3]),
+          "+f"(acc[0][mt][4][0]), "+f"(acc[0][mt][4][1]), "+f"(acc[0][mt][4][2]), "+f"(acc[0][mt][4][3]),
+          "+f"(acc[0][mt][5][0]), "+f"(acc[0][mt][5][1]), "+f"(acc[0][mt][5][2]), "+f"(acc[0][mt][5][3]),
+          "+f"(acc[0][mt][6][0]), "+f"(acc[0][mt][6][1]), "+f"(acc[0][mt][6][2]), "+f"(acc[0][mt][6][3]),
+          "+f"(acc[0][mt][7][0]), "+f"(acc[0][mt][7][1]), "+f"(acc[0][mt][7][2]), "+f"(acc[0][mt][7][3])
+        : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "l"(desc), "r"(1));
+#endif
+}
+
+// acc += the warp's 32 rows (two m16 tiles, each one quarter of a warpgroup m64 tile) x the
+// block's 64 B columns over stage st, whose tiles are at xs in shared memory.
+template <int FMT, int CBT, int NTW, int L>
+TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
+                            const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], const u8* xs,
+                            float (&acc)[L][2][NTW][4]) {
+    typedef MmaFmt<FMT> F;
+    typedef GemmShape<FMT, CBT> G;
+    static_assert(F::ROW_SCALE, "the warpgroup GEMM accumulates straight into acc: row-scaled formats only");
+    static_assert(NTW == 8, "one m64n64k16 a k16 slice");
+    static_assert(G::WPQ * F::MPW == 2, "two k16 slices a quad");
+    const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
+#pragma unroll
+    for (int u = 0; u < G::U; ++u) {
+        const i64 kb = st * G::U + u;
+        if (kb >= nkb) break;  // uniform across the block
+#pragma unroll
+        for (int q = 0; q < G::NQ; ++q) {
+            // The group before the last is done: its A registers and its shared tiles are free.
+            wg_wait<1>();
+            u32 p[L][2][2][G::WPQ][F::PW];
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int k = 0; k < G::WPQ; ++k)
+                            mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < G::WPQ; ++k)
+#pragma unroll
+                for (int jj = 0; jj < F::MPW; ++jj) {
+                    const u8* b = xs + ((u * G::NQ + q) * 2 + k * F::MPW + jj) * 256;
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) {
+                        u32 fa[L][4];
+#pragma unroll
+                        for (int l = 0; l < L; ++l) {
+                            fa[l][0] = p[l][mt][0][k][2 * jj];
+                            fa[l][1] = p[l][mt][1][k][2 * jj];
+                            fa[l][2] = p[l][mt][0][k][2 * jj + 1];
+                            fa[l][3] = p[l][mt][1][k][2 * jj + 1];
+                        }
+                        wg_mma_n64<L>(acc, mt, fa, b, G::TILE);
+                    }
+                }
+            wg_commit();
+        }
+    }
+}
+#endif  // TS_WGMMA
+
 // ---- the kernels ------------------------------------------------------------------------
 
 #ifndef TS_HOST
@@ -2034,8 +2176,16 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     const i64 sps = (nst + nz - 1) / nz;
     const i64 st0 = (i64)blockIdx.z * sps;
     const i64 st1 = st0 + sps < nst ? st0 + sps : nst;
+#ifdef TS_WGMMA
+    // A stage's tiles are rewritten two stages after its last MMA was issued (one group
+    // of MMAs may still read the previous stage), so one stage fewer is in flight.
+    enum { AHEAD = ST - 2 };
+#else
+    enum { AHEAD = ST - 1 };
+#endif
+    static_assert(AHEAD >= 1, "at least one activation stage in flight");
 #pragma unroll
-    for (int k = 0; k < ST - 1; ++k) {
+    for (int k = 0; k < AHEAD; ++k) {
         if (st0 + k < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, st0 + k, nt0, smem + ((st0 + k) % ST) * SB, tid, blockDim.x);
         cp_commit();
     }
@@ -2057,19 +2207,32 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
         for (int d = 0; d < WD; ++d) {
             const i64 st = sb + d;
             if (st >= st1) break;  // uniform across the block
-            // Stage st has landed (at most ST - 2 newer groups pending), and every warp is
-            // done with stage st - 1, whose buffer the next copy overwrites.
-            cp_wait<ST - 2>();
+            // Stage st has landed (at most AHEAD - 1 newer groups pending), and every warp is
+            // done with the stage whose buffer the next copy overwrites (st - 1; with the
+            // warpgroup MMA st - 2, whose MMAs the last wg_wait<1> saw finish).
+            cp_wait<AHEAD - 1>();
+#ifdef TS_WGMMA
+            proxy_fence();
+#endif
             __syncthreads();
-            const i64 nx = st + ST - 1;
+            const i64 nx = st + AHEAD;
             if (nx < st1) gemm_stage_x<TS_FMT, TS_MMA, NTW>(a, nx, nt0, smem + (nx % ST) * SB, tid, blockDim.x);
             cp_commit();
+#ifdef TS_WGMMA
+            // Every warp of a warpgroup takes part (rows past O are zeros); only the store
+            // is guarded.
+            gemm_compute_wg<TS_FMT, TS_MMA, NTW, 1>(a, st, wv[d], smem + (st % ST) * SB, acc);
+#else
             if (active)
                 gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB, nt0,
                                                               acc);
+#endif
             gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + WD, lane, wv[d], sv[d], st1);
         }
     }
+#ifdef TS_WGMMA
+    wg_wait<0>();
+#endif
     if (nz == 1) {
         if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);
         return;

@@ -121,6 +121,11 @@ pub struct Tuning {
     /// [6144 x 16384] 5-10% faster for int4-g64, int8-row, fp8 and mq4-g256-v2, int4-row
     /// and the shapes it leaves unsplit unchanged (docs/CUDA.md).
     pub gemm_split_k: Option<u32>,
+    /// The GEMM of the row-scaled formats (int4-row, int8-row) on the warpgroup MMA
+    /// (`-DTS_WGMMA`, `wgmma.mma_async` m64n64k16, compiled for `sm_90a`) instead of
+    /// `mma.sync`, where [`wgmma_gemm`] admits it: an sm_90 device, 8 n8 tiles a block,
+    /// blocks of whole warpgroups and at least 3 activation stages. Off by default.
+    pub gemm_wgmma: bool,
     /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
     /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
     /// percent); `None` leaves the driver's choice.
@@ -193,6 +198,7 @@ impl Default for Tuning {
             gemm_depth: 2,
             gemm_warps: crate::layout::GEMM_WARPS,
             gemm_split_k: None,
+            gemm_wgmma: false,
             shared_carveout: None,
             tiles_from_s: None,
             mma_persistent: None,
@@ -226,6 +232,7 @@ impl Tuning {
             && (1..=6).contains(&self.gemm_depth)
             && [2, 4, 8].contains(&self.gemm_warps)
             && self.gemm_split_k.is_none_or(|z| (1..=8).contains(&z))
+            && (!self.gemm_wgmma || (self.gemm_warps.is_multiple_of(4) && self.gemm_stages >= 3))
             && self.shared_carveout.is_none_or(|c| c <= 100)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
             && self.mma_persist_grid <= 1 << 20
@@ -335,11 +342,21 @@ impl ModuleKey {
 
     /// NVRTC options of this build.
     pub fn options(&self) -> Vec<String> {
+        let t = &self.tuning;
+        // The warpgroup MMA exists only in the architecture-specific sm_90a target.
+        let wgmma = match &self.build {
+            Build::Gemm { parts, .. } => wgmma_gemm(t, &self.arch, self.kernel.fmt, *parts),
+            _ => false,
+        };
+        let arch = if wgmma {
+            format!("{}a", self.arch)
+        } else {
+            self.arch.clone()
+        };
         let mut o = vec![
-            format!("--gpu-architecture={}", self.arch),
+            format!("--gpu-architecture={arch}"),
             "-std=c++17".to_string(),
         ];
-        let t = &self.tuning;
         match &self.build {
             Build::Gemv => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
@@ -395,6 +412,9 @@ impl ModuleKey {
                 o.push(format!("-DTS_GEMM_WDEPTH={}", t.gemm_depth));
                 o.push(format!("-DTS_GEMM_MINB={}", t.gemm_min_blocks));
                 o.push(format!("-DTS_GEMM_WARPS={}", t.gemm_warps));
+                if wgmma {
+                    o.push("-DTS_WGMMA".to_string());
+                }
             }
             Build::GemvTiles { mma, nt } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
@@ -442,6 +462,20 @@ impl ModuleKey {
     pub(crate) fn describe(&self) -> String {
         format!("gemv.cu [{}]", self.options().join(" "))
     }
+}
+
+/// Whether the GEMM of format `fmt` with `parts` activation parts runs on the warpgroup
+/// MMA on a device of architecture `arch` ([`Tuning::gemm_wgmma`]): the one rule that the
+/// build's options and the activations' layout ([`crate::layout::GemmLayout::canonical`])
+/// both follow.
+pub fn wgmma_gemm(tuning: &Tuning, arch: &str, fmt: u32, parts: u32) -> bool {
+    use crate::caps::fmt_id;
+    tuning.gemm_wgmma
+        && arch == "sm_90"
+        && matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
+        && tuning.gemm_nt(parts) == 8
+        && tuning.gemm_warps.is_multiple_of(4)
+        && tuning.gemm_stages >= 3
 }
 
 /// `sm_XY` of a compute capability (H200: 9.0 -> sm_90).

@@ -348,7 +348,8 @@ impl CudaBackend {
     /// Opens device 0, or says why there is none. `TESSERA_CUDA_PERSISTENT=on`, `off` or
     /// `auto` in the environment sets [`Tuning::mma_persistent`] to `Some(true)`,
     /// `Some(false)` or `None` (the rule; engines measuring both paths in one run, the
-    /// results are the same). Any other value leaves the default.
+    /// results are the same). Any other value leaves the default. `TESSERA_CUDA_WGMMA=1`
+    /// (or `0`) sets [`Tuning::gemm_wgmma`].
     pub fn new() -> Result<CudaBackend, CudaError> {
         let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
             Ok("on") => Some(true),
@@ -356,10 +357,16 @@ impl CudaBackend {
             Ok("auto") => None,
             _ => Tuning::default().mma_persistent,
         };
+        let gemm_wgmma = match std::env::var("TESSERA_CUDA_WGMMA").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => Tuning::default().gemm_wgmma,
+        };
         Self::open(
             None,
             Tuning {
                 mma_persistent,
+                gemm_wgmma,
                 ..Tuning::default()
             },
         )
@@ -583,6 +590,7 @@ impl CudaBackend {
             nibbles: caps::nibble_codes(kernel.fmt),
             parts: parts as usize,
             nt: self.tuning.gemm_nt(parts) as usize,
+            canonical: compile::wgmma_gemm(&self.tuning, &self.arch, kernel.fmt, parts),
         }
     }
 

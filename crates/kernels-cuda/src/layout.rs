@@ -411,13 +411,16 @@ pub fn nibble_order(i: usize) -> usize {
 
 /// How the GEMM kernel of one tensor reads its activations: the tensor-core chunk
 /// (`chunk_bytes`, and whether codes are nibbles: two columns a byte), the activation
-/// parts P (2: hi + lo, 1: hi) and the n8 tiles a block takes (`nt`).
+/// parts P (2: hi + lo, 1: hi), the n8 tiles a block takes (`nt`), and whether each
+/// tile's 16-byte slots are rearranged into the warpgroup MMA's core matrices
+/// (`canonical`, [`crate::compile::wgmma_gemm`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct GemmLayout {
     pub chunk_bytes: usize,
     pub nibbles: bool,
     pub parts: usize,
     pub nt: usize,
+    pub canonical: bool,
 }
 
 impl GemmLayout {
@@ -457,7 +460,10 @@ impl GemmLayout {
     }
     /// Offset (in halves) of B column `n`, column `i` in the GEMM's activation buffer of
     /// `tiles` n8 tiles (gemv.cu's GEMM comment): per stage, per n8 tile, per (k-block, quad),
-    /// per (g, t) 8 halves in fragment order.
+    /// per (g, t) 8 halves in fragment order. Canonical: the same halves of each (k-block,
+    /// quad) regrouped by the k16 slice m they feed (words 2m and 2m + 1 of every lane's
+    /// slot: the slice's k 0..7 and 8..15), then by that k half, then by column g, then by
+    /// lane t: 16 core matrices of 8 columns x 16 bytes.
     pub fn offset(&self, n: usize, i: usize, tiles: usize) -> usize {
         let cpb = self.cpb();
         let sc = self.stage_cols();
@@ -471,7 +477,14 @@ impl GemmLayout {
         // Nibble words pair columns (j, j + 4) of each quad (gemv.cu mma_decode).
         let pos = if self.nibbles { nibble_order(e) } else { e };
         let (nt, g) = (n / 8, n % 8);
-        (st * tiles + nt) * (sc * 8) + (((kb * nq + q) * 8 + g) * 4 + t) * 8 + pos
+        let slot = kb * nq + q;
+        let within = if self.canonical {
+            let (word, e) = (pos / 2, pos % 2);
+            ((slot * 2 + word / 2) * 2 + word % 2) * 64 + g * 8 + t * 2 + e
+        } else {
+            ((slot * 8 + g) * 4 + t) * 8 + pos
+        };
+        (st * tiles + nt) * (sc * 8) + within
     }
 }
 
@@ -526,6 +539,7 @@ pub fn gemv_tiles(chunk_bytes: u32, nibbles: bool, s: usize) -> GemmLayout {
         nibbles,
         parts: 2,
         nt: (2 * s).div_ceil(8).next_power_of_two(),
+        canonical: false,
     }
 }
 
@@ -832,6 +846,7 @@ mod tests {
                     nibbles,
                     parts,
                     nt: 4,
+                    canonical: false,
                 };
                 let (s, xs) = (9, 1024);
                 let tiles = l.tiles(s);
@@ -851,6 +866,50 @@ mod tests {
         }
     }
 
+    /// The canonical layout holds the same halves in each n8 tile, and puts the two words a
+    /// lane's fragment feeds to k16 slice m (words 2m, 2m + 1 of its 16-byte slot) where
+    /// the warpgroup MMA reads B[k][g] of that slice: k = 2t + e in the first core matrix,
+    /// 8 + 2t + e in the second (128 bytes on), row g 16 bytes a column.
+    #[test]
+    fn canonical_gemm_layout_regroups_each_tile_into_core_matrices() {
+        for (chunk_bytes, nibbles) in [(16, true), (8, true), (4, true), (16, false)] {
+            for parts in [1, 2] {
+                let frag = GemmLayout {
+                    chunk_bytes,
+                    nibbles,
+                    parts,
+                    nt: 8,
+                    canonical: false,
+                };
+                let canon = GemmLayout {
+                    canonical: true,
+                    ..frag
+                };
+                let (s, xs) = (40, 512);
+                let tiles = frag.tiles(s);
+                let tile = frag.stage_cols() * 8;
+                let mut seen = vec![false; tiles * 8 * xs];
+                for n in 0..tiles * 8 {
+                    for i in 0..xs {
+                        let (f, c) = (frag.offset(n, i, tiles), canon.offset(n, i, tiles));
+                        assert_eq!(f / tile, c / tile, "{canon:?} n={n} i={i}: same tile");
+                        assert!(!seen[c], "{canon:?} n={n} i={i}");
+                        seen[c] = true;
+                        // Fragment order: slot (f / 256 within the tile), g, t, word, e.
+                        let (slot, g) = ((f % tile) / 256, n % 8);
+                        let (t, word, e) = ((f % 256) / 8 % 4, (f % 8) / 2, f % 2);
+                        assert_eq!((f % 256) / 32, g);
+                        let (m, kc) = (word / 2, word % 2);
+                        let k = 8 * kc + 2 * t + e;
+                        let want =
+                            (f / tile) * tile + (slot * 2 + m) * 128 + (k / 8) * 64 + g * 8 + k % 8;
+                        assert_eq!(c, want, "{canon:?} n={n} i={i}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn gemm_activations_split_like_the_gemv() {
         let mut rng = Rng::new(5);
@@ -863,6 +922,7 @@ mod tests {
             nibbles: true,
             parts: 2,
             nt: 8,
+            canonical: false,
         };
         let (g, gaux) = gemm_activations(&x, s, xs, &l).unwrap();
         let (tiles, sp) = (l.tiles(s), l.padded(s));

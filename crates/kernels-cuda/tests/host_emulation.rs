@@ -285,6 +285,20 @@ impl Emulator {
         precision: GemmPrecision,
         nt: usize,
     ) -> Option<Vec<f32>> {
+        self.gemm_laid_out(t, x, s, precision, nt, false)
+    }
+
+    /// [`Emulator::gemm`] with the activations in the warpgroup MMA's core matrices
+    /// (`canonical`) or in fragment order.
+    fn gemm_laid_out(
+        &self,
+        t: &EncodedTensor,
+        x: &[f32],
+        s: usize,
+        precision: GemmPrecision,
+        nt: usize,
+        canonical: bool,
+    ) -> Option<Vec<f32>> {
         let cap = caps::lookup(Op::Gemm, t.format, s).ok()?;
         let sh = layout::launch_shape(t.format, t.rows, t.cols).expect("shape");
         let m = cap.mma_for(sh.row_bytes as usize)?;
@@ -296,6 +310,7 @@ impl Emulator {
             nibbles: caps::nibble_codes(cap.kernel.fmt),
             parts: precision.parts() as usize,
             nt,
+            canonical,
         };
         let (xg, xa) = layout::gemm_activations(&xp, s, xs, &l).expect("GEMM layout");
         let mut y = vec![POISON; s * t.rows];
@@ -528,6 +543,64 @@ fn gemm_matches_the_oracle() {
             worst[0], worst[1], worst[2], worst[3]
         );
     }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The warpgroup-MMA GEMM (`-DTS_WGMMA`: int4-row and int8-row on activations laid out as
+/// core matrices), each warp's m64n64k16 share emulated alone, against the oracle; and the
+/// same build fed the fragment-order layout fails, so the test sees the layout.
+#[test]
+fn wgmma_gemm_matches_the_oracle() {
+    let Some(emu) = Emulator::get("wgmma", &["TS_WGMMA"]) else {
+        return;
+    };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for format in [Format::Int4Row, Format::Int8Row] {
+        let mut rng = format_rng(seed ^ 0x3767, format);
+        let mut worst = [0f64; 2];
+        for (rows, cols) in gemm_shapes(format) {
+            let t = tensor(format, rows, cols, &mut rng);
+            if !takes_tensor_core_gemm(&t) {
+                continue;
+            }
+            for s in [17, 100] {
+                let x = inputs(s, cols, &mut rng);
+                for (k, precision) in [GemmPrecision::Split, GemmPrecision::F16]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let y = emu
+                        .gemm_laid_out(&t, &x, s, precision, 8, true)
+                        .expect("tensor-core GEMM");
+                    runs += 1;
+                    match check_at(&t, &x, s, &y, precision.tolerance()) {
+                        Ok(e) => worst[k] = worst[k].max(e),
+                        Err(msg) => failures.push(format!("{msg} ({precision:?})")),
+                    }
+                    let wrong = emu
+                        .gemm_laid_out(&t, &x, s, precision, 8, false)
+                        .expect("tensor-core GEMM");
+                    assert!(
+                        check_at(&t, &x, s, &wrong, precision.tolerance()).is_err(),
+                        "{format} [{rows}, {cols}] S={s}: the fragment-order layout passed"
+                    );
+                }
+            }
+        }
+        println!(
+            "{format:<10} warpgroup GEMM worst error {:.2e} (split), {:.2e} (f16)",
+            worst[0], worst[1]
+        );
+    }
+    assert!(runs >= 12, "only {runs} runs");
     assert!(
         failures.is_empty(),
         "{} of {runs} runs failed:\n{}",

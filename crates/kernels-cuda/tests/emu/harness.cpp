@@ -280,6 +280,13 @@ static void run_gemm(const GArgs& a, float* y) {
                     u32 wv[32][2][2][G::U][G::NW];
                     u32 sv[32][2][2][G::U][MmaFmt<FMT>::NR];
                     gemm_load_w<FMT, GS, CBT, 32>(a, r0w, st, 0, wv, sv);
+#ifdef TS_WGMMA
+                    // The warpgroup build runs the row-scaled formats on the canonical layout.
+                    if constexpr (MmaFmt<FMT>::ROW_SCALE && NTW == 8) {
+                        gemm_compute_wg<FMT, CBT, NTW, 32>(a, st, wv, smem, acc[warp]);
+                        continue;
+                    }
+#endif
                     gemm_compute<FMT, GS, CBT, P, NTW, 32>(a, r0w, st, 0, wv, sv, smem, nt0, acc[warp]);
                 }
             }
