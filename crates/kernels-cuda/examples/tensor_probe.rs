@@ -28,15 +28,20 @@ fn regs(a: usize, b: usize) -> String {
     format!("{{{}}}", v.join(","))
 }
 
-/// One `wgmma` m64nNk16 with A in registers: a device function over `float (&d)[N / 2]`.
+/// One `wgmma` m64nNk16 with A in registers: a device function over `float (&d)[N / 2]`
+/// (`wg<N>`, and with B transposed `wg<N>t`).
 fn wgmma_fn(n: usize) -> String {
+    wgmma_fn_t(n, false) + &wgmma_fn_t(n, true)
+}
+
+fn wgmma_fn_t(n: usize, trans: bool) -> String {
     let nd = n / 2;
     let outs: Vec<String> = (0..nd).map(|i| format!("\"+f\"(d[{i}])")).collect();
     format!(
         r#"
-__device__ __forceinline__ void wg{n}(float (&d)[{nd}], const u32 (&a)[4], u64 desc, int scale) {{
+__device__ __forceinline__ void wg{n}{suffix}(float (&d)[{nd}], const u32 (&a)[4], u64 desc, int scale) {{
     asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{sc}, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {d}, {a}, %{de}, p, 1, 1, 0; }}"
+                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {d}, {a}, %{de}, p, 1, 1, {tb}; }}"
                  : {outs}
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale));
 }}
@@ -46,6 +51,8 @@ __device__ __forceinline__ void wg{n}(float (&d)[{nd}], const u32 (&a)[4], u64 d
         de = nd + 4,
         sc = nd + 5,
         outs = outs.join(", "),
+        suffix = if trans { "t" } else { "" },
+        tb = u8::from(trans),
     )
 }
 
@@ -62,6 +69,7 @@ __device__ __forceinline__ u64 desc_of(const void* p, u32 lbo, u32 sbo) {
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 "#,
     );
@@ -72,7 +80,7 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 __device__ __forceinline__ int canon(int k, int n) { return (k >> 3) * 128 + (n >> 3) * 256 + (n & 7) * 16 + (k & 7) * 2; }
 
 // D [64 x 64] = A [64 x 16] (row-major halves, as u32 pairs) . Bt [64 x 16]^T (row n = column n of B).
-extern "C" __global__ void wg_check(const u32* A, const u16* Bt, float* D, u32 lbo, u32 sbo) {
+extern "C" __global__ void wg_check(const u32* A, const u16* Bt, float* D, u32 lbo, u32 sbo, int trans) {
     __shared__ __align__(128) u16 bs[64 * 16];
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     for (int i = tid; i < 64 * 16; i += 128) {
@@ -89,7 +97,10 @@ extern "C" __global__ void wg_check(const u32* A, const u16* Bt, float* D, u32 l
     float d[32];
     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
     wg_fence();
-    wg64(d, a, desc_of(bs, lbo, sbo), 0);
+    if (trans)
+        wg64t(d, a, desc_of(bs, lbo, sbo), 0);
+    else
+        wg64(d, a, desc_of(bs, lbo, sbo), 0);
     wg_commit();
     wg_wait0();
     for (int j = 0; j < 8; ++j)
@@ -105,9 +116,17 @@ extern "C" __global__ void wg_peak64(float* out, int iters) {
     float d[32];
     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
     const u64 desc = desc_of(bs, 128, 256);
-    wg_fence();
-    for (int i = 0; i < iters; ++i) wg64(d, a, desc, 1);
-    wg_commit();
+    // Groups of four MMAs, one group left in flight while the next is issued (the GEMM's
+    // pattern).
+    for (int i = 0; i < iters; i += 4) {
+        wg_fence();
+        wg64(d, a, desc, 1);
+        wg64(d, a, desc, 1);
+        wg64(d, a, desc, 1);
+        wg64(d, a, desc, 1);
+        wg_commit();
+        wg_wait1();
+    }
     wg_wait0();
     float s = 0.0f;
     for (int i = 0; i < 32; ++i) s += d[i];
@@ -123,9 +142,17 @@ extern "C" __global__ void wg_peak128(float* out, int iters) {
     float d[64];
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
     const u64 desc = desc_of(bs, 128, 256);
-    wg_fence();
-    for (int i = 0; i < iters; ++i) wg128(d, a, desc, 1);
-    wg_commit();
+    // Groups of four MMAs, one group left in flight while the next is issued (the GEMM's
+    // pattern).
+    for (int i = 0; i < iters; i += 4) {
+        wg_fence();
+        wg128(d, a, desc, 1);
+        wg128(d, a, desc, 1);
+        wg128(d, a, desc, 1);
+        wg128(d, a, desc, 1);
+        wg_commit();
+        wg_wait1();
+    }
     wg_wait0();
     float s = 0.0f;
     for (int i = 0; i < 64; ++i) s += d[i];
@@ -161,6 +188,26 @@ fn ptxas_report() -> Res<()> {
     use cudarc::nvrtc::{result, sys as nv};
     use kernels_cuda::caps::{KernelId, MmaKernel, fmt_id};
     use kernels_cuda::compile::{Build, GEMV_NVRTC_SOURCE, ModuleKey};
+    // This probe's own kernels first.
+    let own = std::ffi::CString::new(source())?;
+    let prog = result::create_program(&own, None)?;
+    let opts = ["--gpu-architecture=sm_90a", "--ptxas-options=-v"];
+    // SAFETY: `prog` was just created from a valid source; the options are plain strings.
+    let compiled = unsafe { result::compile_program(prog, &opts) };
+    // SAFETY: as above.
+    let log = unsafe { result::get_program_log(prog) }?;
+    // SAFETY: `prog` is not used after this.
+    unsafe { result::destroy_program(prog) }?;
+    let log: Vec<u8> = log
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    println!(
+        "== the probe's kernels: compile {:?}\n{}",
+        compiled.is_ok(),
+        String::from_utf8_lossy(&log)
+    );
     let src = std::ffi::CString::new(GEMV_NVRTC_SOURCE)?;
     for (name, fmt) in [
         ("int4-row", fmt_id::INT4_ROW),
@@ -255,22 +302,32 @@ fn main() -> Res<()> {
     let check = module.load_function("wg_check")?;
     let a_d = stream.clone_htod(&a_pairs)?;
     let b_d = stream.clone_htod(&bt_h)?;
-    for (lbo, sbo) in [(128u32, 256u32), (256, 128)] {
+    for (lbo, sbo, trans) in [
+        (128u32, 256u32, 0i32),
+        (256, 128, 0),
+        (128, 256, 1),
+        (256, 128, 1),
+    ] {
         let mut d_d = stream.clone_htod(&vec![f32::NAN; m * n])?;
         let mut b = stream.launch_builder(&check);
-        b.arg(&a_d).arg(&b_d).arg(&mut d_d).arg(&lbo).arg(&sbo);
+        b.arg(&a_d)
+            .arg(&b_d)
+            .arg(&mut d_d)
+            .arg(&lbo)
+            .arg(&sbo)
+            .arg(&trans);
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: wg_check(const u32*, const u16*, float*, u32, u32) with A 64 x 16 halves,
+        // SAFETY: wg_check(const u32*, const u16*, float*, u32, u32, int) with A 64 x 16 halves,
         // Bt 64 x 16 halves and D 64 x 64 floats.
         unsafe { b.launch(cfg) }?;
         let got = stream.clone_dtoh(&d_d)?;
         let bad = got.iter().zip(&want).filter(|(g, w)| g != w).count();
         println!(
-            "wgmma m64n64k16 layout (lbo {lbo}, sbo {sbo}): {} of {} outputs differ{}",
+            "wgmma m64n64k16 layout (lbo {lbo}, sbo {sbo}, trans-b {trans}): {} of {} outputs differ{}",
             bad,
             m * n,
             if bad == 0 { " (exact)" } else { "" }
