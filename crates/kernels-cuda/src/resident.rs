@@ -913,7 +913,8 @@ mod tests {
         assert!(t.iter().any(|c| c.format == quant_core::Format::Int4G64));
     }
 
-    /// Compiles the source where NVRTC exists (no GPU needed).
+    /// Compiles the source as the backend does (split.cuh first) where NVRTC exists (no
+    /// GPU needed).
     #[test]
     fn source_compiles_where_nvrtc_exists() {
         if let Err(e) = crate::compile::nvrtc_available() {
@@ -924,7 +925,7 @@ mod tests {
             let mut options = vec!["--gpu-architecture=sm_90".to_string()];
             options.extend(extra.map(str::to_string));
             let r = compile_ptx_with_opts(
-                DECODE_OPS_SOURCE,
+                DECODE_OPS_NVRTC_SOURCE,
                 CompileOptions {
                     options,
                     ..Default::default()
