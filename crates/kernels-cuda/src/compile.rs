@@ -645,6 +645,78 @@ mod tests {
         assert!(GEMV_NVRTC_SOURCE.ends_with(GEMV_SOURCE));
     }
 
+    /// The warpgroup GEMM is asked for only where it exists: an sm_90 device, the
+    /// row-scaled formats, the GEMM build (not the tile GEMV), 8 n8 tiles, whole
+    /// warpgroups and 3+ stages; then the build targets sm_90a and defines TS_WGMMA.
+    #[test]
+    fn the_warpgroup_gemm_rule() {
+        let on = Tuning {
+            gemm_wgmma: true,
+            ..Tuning::default()
+        };
+        assert!(on.check().is_ok());
+        for fmt in [fmt_id::INT4_ROW, fmt_id::INT8_ROW] {
+            for parts in [1, 2] {
+                assert!(wgmma_gemm(&on, "sm_90", fmt, parts));
+                assert!(!wgmma_gemm(&Tuning::default(), "sm_90", fmt, parts));
+            }
+            for arch in ["sm_80", "sm_89", "sm_100", "sm_120"] {
+                assert!(!wgmma_gemm(&on, arch, fmt, 1), "{arch}");
+            }
+        }
+        for fmt in [fmt_id::INT4_G, fmt_id::FP8_F32, fmt_id::MQ4_V2] {
+            assert!(!wgmma_gemm(&on, "sm_90", fmt, 1));
+        }
+        let four = Tuning {
+            gemm_nt_f16: 4,
+            ..on.clone()
+        };
+        assert!(!wgmma_gemm(&four, "sm_90", fmt_id::INT4_ROW, 1));
+        assert!(wgmma_gemm(&four, "sm_90", fmt_id::INT4_ROW, 2));
+        for bad in [
+            Tuning {
+                gemm_warps: 2,
+                ..on.clone()
+            },
+            Tuning {
+                gemm_stages: 2,
+                ..on.clone()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+        let key = |build, tuning: &Tuning| ModuleKey {
+            kernel: KernelId {
+                fmt: fmt_id::INT4_ROW,
+                group: 0,
+            },
+            build,
+            s: 0,
+            arch: arch_of(9, 0),
+            mutation: None,
+            tuning: tuning.clone(),
+        };
+        let gemm = Build::Gemm {
+            mma: MmaKernel { chunk_bytes: 16 },
+            parts: 1,
+        };
+        let o = key(gemm.clone(), &on).options();
+        assert_eq!(o[0], "--gpu-architecture=sm_90a");
+        assert!(o.contains(&"-DTS_WGMMA".to_string()));
+        let o = key(gemm, &Tuning::default()).options();
+        assert_eq!(o[0], "--gpu-architecture=sm_90");
+        assert!(!o.contains(&"-DTS_WGMMA".to_string()));
+        let tiles = Build::GemvTiles {
+            mma: MmaKernel { chunk_bytes: 16 },
+            nt: 4,
+        };
+        assert!(
+            !key(tiles, &on)
+                .options()
+                .contains(&"-DTS_WGMMA".to_string())
+        );
+    }
+
     #[test]
     fn gemm_and_moe_builds_name_themselves() {
         let mut key = ModuleKey {
