@@ -779,11 +779,9 @@ TS_DEV u32 e4m3x2_f16x2(u32 v) {
 // c += A . B for one warp (PTX fragment layout of m16n8k16: g = lane / 4, t = lane % 4;
 // a0: A[g][2t, 2t+1], a1: A[g+8][2t, 2t+1], a2: A[g][2t+8, 2t+9], a3: A[g+8][2t+8, 2t+9];
 // b0: B[2t, 2t+1][g], b1: B[2t+8, 2t+9][g]; c0, c1: C[g][2t, 2t+1], c2, c3: C[g+8][2t, 2t+1]).
-template <int L>
-TS_DEV void mma16816(const u32 (&a)[L][4], const u32 (&b)[L][2], float (&c)[L][4]) {
 #ifdef TS_HOST
-    static_assert(L == 32, "the host emulation runs a whole warp");
-    float A[16][16], B[16][8];
+// The host emulation's A [16 x 16] of a warp's 32 lanes' fragments (layout above).
+static void emu_gather_a(const u32 (&a)[32][4], float (&A)[16][16]) {
     for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, t = lane & 3;
         for (int h = 0; h < 2; ++h) {
@@ -791,6 +789,19 @@ TS_DEV void mma16816(const u32 (&a)[L][4], const u32 (&b)[L][2], float (&c)[L][4
             A[g + 8][2 * t + h] = f16_to_f32((a[lane][1] >> (16 * h)) & 0xFFFFu);
             A[g][2 * t + 8 + h] = f16_to_f32((a[lane][2] >> (16 * h)) & 0xFFFFu);
             A[g + 8][2 * t + 8 + h] = f16_to_f32((a[lane][3] >> (16 * h)) & 0xFFFFu);
+        }
+    }
+}
+#endif
+template <int L>
+TS_DEV void mma16816(const u32 (&a)[L][4], const u32 (&b)[L][2], float (&c)[L][4]) {
+#ifdef TS_HOST
+    static_assert(L == 32, "the host emulation runs a whole warp");
+    float A[16][16], B[16][8];
+    emu_gather_a(a, A);
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int h = 0; h < 2; ++h) {
             B[2 * t + h][g] = f16_to_f32((b[lane][0] >> (16 * h)) & 0xFFFFu);
             B[2 * t + 8 + h][g] = f16_to_f32((b[lane][1] >> (16 * h)) & 0xFFFFu);
         }
@@ -1954,15 +1965,7 @@ TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], c
 #ifdef TS_HOST
     static_assert(L == 32, "the host emulation runs a whole warp");
     float A[16][16], B[16][64];
-    for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, t = lane & 3;
-        for (int h = 0; h < 2; ++h) {
-            A[g][2 * t + h] = f16_to_f32((a[lane][0] >> (16 * h)) & 0xFFFFu);
-            A[g + 8][2 * t + h] = f16_to_f32((a[lane][1] >> (16 * h)) & 0xFFFFu);
-            A[g][2 * t + 8 + h] = f16_to_f32((a[lane][2] >> (16 * h)) & 0xFFFFu);
-            A[g + 8][2 * t + 8 + h] = f16_to_f32((a[lane][3] >> (16 * h)) & 0xFFFFu);
-        }
-    }
+    emu_gather_a(a, A);
     for (int k = 0; k < 16; ++k)
         for (int n = 0; n < 64; ++n) {
             const u8* e = b + (k >> 3) * 128 + (n >> 3) * tile + (n & 7) * 16 + (k & 7) * 2;

@@ -56,6 +56,39 @@ __device__ __forceinline__ void wg{n}{suffix}(float (&d)[{nd}], const u32 (&a)[4
     )
 }
 
+/// `wg_peak<N>`: a warpgroup issuing m64nNk16 MMAs from one B tile, in groups of four with
+/// one group left in flight while the next is issued (the GEMM's pattern).
+fn peak_kernel(n: usize) -> String {
+    let nd = n / 2;
+    format!(
+        r#"
+extern "C" __global__ void wg_peak{n}(float* out, int iters) {{
+    __shared__ __align__(128) u16 bs[128 * 16];
+    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) bs[i] = (u16)0x2000;
+    proxy_fence();
+    __syncthreads();
+    u32 a[4] = {{0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u}};
+    float d[{nd}];
+    for (int i = 0; i < {nd}; ++i) d[i] = 0.0f;
+    const u64 desc = desc_of(bs, 128, 256);
+    for (int i = 0; i < iters; i += 4) {{
+        wg_fence();
+        wg{n}(d, a, desc, 1);
+        wg{n}(d, a, desc, 1);
+        wg{n}(d, a, desc, 1);
+        wg{n}(d, a, desc, 1);
+        wg_commit();
+        wg_wait1();
+    }}
+    wg_wait0();
+    float s = 0.0f;
+    for (int i = 0; i < {nd}; ++i) s += d[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}}
+"#
+    )
+}
+
 fn source() -> String {
     let mut s = String::from(
         r#"
@@ -107,58 +140,11 @@ extern "C" __global__ void wg_check(const u32* A, const u16* Bt, float* D, u32 l
         for (int e = 0; e < 4; ++e) D[(16 * w + g + 8 * (e >> 1)) * 64 + 8 * j + 2 * t + (e & 1)] = d[4 * j + e];
 }
 
-extern "C" __global__ void wg_peak64(float* out, int iters) {
-    __shared__ __align__(128) u16 bs[128 * 16];
-    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) bs[i] = (u16)0x2000;
-    proxy_fence();
-    __syncthreads();
-    u32 a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
-    float d[32];
-    for (int i = 0; i < 32; ++i) d[i] = 0.0f;
-    const u64 desc = desc_of(bs, 128, 256);
-    // Groups of four MMAs, one group left in flight while the next is issued (the GEMM's
-    // pattern).
-    for (int i = 0; i < iters; i += 4) {
-        wg_fence();
-        wg64(d, a, desc, 1);
-        wg64(d, a, desc, 1);
-        wg64(d, a, desc, 1);
-        wg64(d, a, desc, 1);
-        wg_commit();
-        wg_wait1();
+"#;
+    for n in [64, 128] {
+        s += &peak_kernel(n);
     }
-    wg_wait0();
-    float s = 0.0f;
-    for (int i = 0; i < 32; ++i) s += d[i];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
-
-extern "C" __global__ void wg_peak128(float* out, int iters) {
-    __shared__ __align__(128) u16 bs[128 * 16];
-    for (int i = threadIdx.x; i < 128 * 16; i += blockDim.x) bs[i] = (u16)0x2000;
-    proxy_fence();
-    __syncthreads();
-    u32 a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
-    float d[64];
-    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
-    const u64 desc = desc_of(bs, 128, 256);
-    // Groups of four MMAs, one group left in flight while the next is issued (the GEMM's
-    // pattern).
-    for (int i = 0; i < iters; i += 4) {
-        wg_fence();
-        wg128(d, a, desc, 1);
-        wg128(d, a, desc, 1);
-        wg128(d, a, desc, 1);
-        wg128(d, a, desc, 1);
-        wg_commit();
-        wg_wait1();
-    }
-    wg_wait0();
-    float s = 0.0f;
-    for (int i = 0; i < 64; ++i) s += d[i];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
-
+    s += r#"
 extern "C" __global__ void mma_peak(float* out, int iters) {
     const u32 a0 = 0x3c003c00u, b0 = 0x20002000u;
     float c[4][4];
