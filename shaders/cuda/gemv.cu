@@ -1754,6 +1754,32 @@ TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
     }
 }
 
+// The decoded f16 pairs of quad q of k-block u of the warp's rows (its 2 m16 tiles x 2 row
+// halves), each weight word decoded once.
+template <int FMT, int CBT, int L>
+TS_DEV void gemm_decode_quad(const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], int u, int q,
+                             u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW]) {
+    typedef GemmShape<FMT, CBT> G;
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int k = 0; k < G::WPQ; ++k) mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+}
+
+// Lane l's A fragment of m16 tile mt for the MMA fed by half jj of decoded word k.
+template <int FMT, int CBT, int L>
+TS_DEV void gemm_frag_a(const u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW], int l, int mt, int k,
+                        int jj, u32 (&fa)[4]) {
+    fa[0] = p[l][mt][0][k][2 * jj];
+    fa[1] = p[l][mt][1][k][2 * jj];
+    fa[2] = p[l][mt][0][k][2 * jj + 1];
+    fa[3] = p[l][mt][1][k][2 * jj + 1];
+}
+
 // acc (+)= the warp's 32 rows x the block's B columns over stage st, with `xs` the stage's
 // activation tiles in shared memory. C layout per (m tile mt, n tile j): q = 0, 1: row g,
 // B columns 2t, 2t + 1; q = 2, 3: row g + 8. Row-scaled formats accumulate in acc; the
@@ -1787,14 +1813,7 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
 #pragma unroll
         for (int q = 0; q < G::NQ; ++q) {
             u32 p[L][2][2][G::WPQ][F::PW];
-#pragma unroll
-            for (int l = 0; l < L; ++l)
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-#pragma unroll
-                        for (int k = 0; k < G::WPQ; ++k) mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+            gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
 #pragma unroll
             for (int j = 0; j < NTW; ++j) {
                 u32 xq[L][4];
@@ -1824,10 +1843,7 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
                             float fc[L][4];
 #pragma unroll
                             for (int l = 0; l < L; ++l) {
-                                fa[l][0] = p[l][mt][0][k][2 * jj];
-                                fa[l][1] = p[l][mt][1][k][2 * jj];
-                                fa[l][2] = p[l][mt][0][k][2 * jj + 1];
-                                fa[l][3] = p[l][mt][1][k][2 * jj + 1];
+                                gemm_frag_a<FMT, CBT, L>(p, l, mt, k, jj, fa[l]);
 #pragma unroll
                                 for (int e = 0; e < 4; ++e) fc[l][e] = c[l][mt][j][e];
                             }
@@ -2020,15 +2036,7 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
             // The group before the last is done: its A registers and its shared tiles are free.
             wg_wait<1>();
             u32 p[L][2][2][G::WPQ][F::PW];
-#pragma unroll
-            for (int l = 0; l < L; ++l)
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-#pragma unroll
-                        for (int k = 0; k < G::WPQ; ++k)
-                            mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+            gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < G::WPQ; ++k)
@@ -2039,12 +2047,7 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
                     for (int mt = 0; mt < 2; ++mt) {
                         u32 fa[L][4];
 #pragma unroll
-                        for (int l = 0; l < L; ++l) {
-                            fa[l][0] = p[l][mt][0][k][2 * jj];
-                            fa[l][1] = p[l][mt][1][k][2 * jj];
-                            fa[l][2] = p[l][mt][0][k][2 * jj + 1];
-                            fa[l][3] = p[l][mt][1][k][2 * jj + 1];
-                        }
+                        for (int l = 0; l < L; ++l) gemm_frag_a<FMT, CBT, L>(p, l, mt, k, jj, fa[l]);
                         wg_mma_n64<L>(acc, mt, fa, b, G::TILE);
                     }
                 }
