@@ -275,22 +275,10 @@ impl Emulator {
         Some(y)
     }
 
-    /// The GEMM kernel's y at `precision` with `nt` n8 tiles a block, where the capability
+    /// The GEMM kernel's y at `precision` with `nt` n8 tiles a block, the activations in the
+    /// warpgroup MMA's core matrices (`canonical`) or in fragment order, where the capability
     /// table has a GEMM row and the shape takes the tensor-core kernel.
     fn gemm(
-        &self,
-        t: &EncodedTensor,
-        x: &[f32],
-        s: usize,
-        precision: GemmPrecision,
-        nt: usize,
-    ) -> Option<Vec<f32>> {
-        self.gemm_laid_out(t, x, s, precision, nt, false)
-    }
-
-    /// [`Emulator::gemm`] with the activations in the warpgroup MMA's core matrices
-    /// (`canonical`) or in fragment order.
-    fn gemm_laid_out(
         &self,
         t: &EncodedTensor,
         x: &[f32],
@@ -526,9 +514,11 @@ fn gemm_matches_the_oracle() {
             for s in [17, 100] {
                 let x = inputs(s, cols, &mut rng);
                 for (k, (precision, nt)) in gemm_configs().into_iter().enumerate() {
-                    let y = emu.gemm(&t, &x, s, precision, nt).unwrap_or_else(|| {
-                        panic!("{format} [{rows}, {cols}]: no tensor-core GEMM")
-                    });
+                    let y = emu
+                        .gemm(&t, &x, s, precision, nt, false)
+                        .unwrap_or_else(|| {
+                            panic!("{format} [{rows}, {cols}]: no tensor-core GEMM")
+                        });
                     runs += 1;
                     match check_at(&t, &x, s, &y, precision.tolerance()) {
                         Ok(e) => worst[k] = worst[k].max(e),
@@ -578,7 +568,7 @@ fn wgmma_gemm_matches_the_oracle() {
                     .enumerate()
                 {
                     let y = emu
-                        .gemm_laid_out(&t, &x, s, precision, 8, true)
+                        .gemm(&t, &x, s, precision, 8, true)
                         .expect("tensor-core GEMM");
                     runs += 1;
                     match check_at(&t, &x, s, &y, precision.tolerance()) {
@@ -586,7 +576,7 @@ fn wgmma_gemm_matches_the_oracle() {
                         Err(msg) => failures.push(format!("{msg} ({precision:?})")),
                     }
                     let wrong = emu
-                        .gemm_laid_out(&t, &x, s, precision, 8, false)
+                        .gemm(&t, &x, s, precision, 8, false)
                         .expect("tensor-core GEMM");
                     assert!(
                         check_at(&t, &x, s, &wrong, precision.tolerance()).is_err(),
@@ -626,7 +616,7 @@ fn gemm_fp8_nan_poisons_exactly_its_row() {
         let x = inputs(s, cols, &mut rng);
         for (precision, nt) in gemm_configs() {
             let y = emu
-                .gemm(&t, &x, s, precision, nt)
+                .gemm(&t, &x, s, precision, nt, false)
                 .expect("tensor-core GEMM");
             check_at(&t, &x, s, &y, precision.tolerance()).unwrap();
             for k in 0..s {
@@ -701,7 +691,7 @@ fn each_mutation_breaks_every_format_it_touches() {
             let x = inputs(s, cols, &mut rng);
             let reference = reference_gemm(&t.view(), &x, s);
             for (precision, nt) in gemm_configs() {
-                let Some(y) = emu.gemm(&t, &x, s, precision, nt) else {
+                let Some(y) = emu.gemm(&t, &x, s, precision, nt, false) else {
                     continue;
                 };
                 let w = worst_error(&y, &reference);
