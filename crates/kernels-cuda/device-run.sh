@@ -10,6 +10,10 @@
 #   bash .device/run.sh matrix   `xtask test-matrix --backend cuda` (docs/BACKENDS.md column)
 #   bash .device/run.sh sass     ncu's per-instruction profile of the 16-row GEMV for each
 #                                S:OxI:format in $SASS_CASES, summarised by opcode
+#   bash .device/run.sh wgmma    the warpgroup-MMA GEMM (Tuning::gemm_wgmma, not yet run on a
+#                                GPU): tensor_probe (layout check, tensor-core ceilings), the
+#                                GEMM suite with TESSERA_CUDA_WGMMA=1 on int4-row / int8-row,
+#                                and bench_gemm at S = 512 with and without it, then cuBLAS
 #   bash .device/run.sh all      test, bench, matrix (mind the 10-minute call limit)
 # Several stages may be given: `bash .device/run.sh test bench`. Every step has its own
 # time limit, so one hang cannot eat the call. Everything lands in $OUT/results.tgz
@@ -128,6 +132,23 @@ if [[ " $stages " == *" sass "* ]]; then
     echo "sass $c rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
     python3 .device/ncu_sass_mix.py "$rep" 15 | tee "$OUT/sass_${s}_${sh}_${f}.txt"
   done
+fi
+if [[ " $stages " == *" wgmma "* ]]; then
+  echo "== warpgroup GEMM"
+  timeout 60 .device/tensor_probe > "$OUT/tensor_probe.txt" 2>&1
+  echo "tensor_probe rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/tensor_probe.txt"
+  start=$(date +%s)
+  TESSERA_CUDA_WGMMA=1 TESSERA_FORMATS=int4-row,int8-row timeout 200 .device/gemv_vs_oracle \
+    --test-threads=1 --nocapture --exact gemm_matches_the_oracle > "$OUT/wgmma_test.log" 2>&1
+  echo "wgmma gemm_matches_the_oracle rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+  grep -E "worst|FAILED|panicked|test result" "$OUT/wgmma_test.log" | head -20
+  timeout 200 .device/bench_gemm --quick --batches 512 --formats int4-row,int8-row \
+    --tunings default,s8f8st4g1,s8f8st5g1 > "$OUT/wgmma_bench.txt" 2>&1
+  echo "wgmma bench_gemm rc=$?" | tee -a "$OUT/summary.txt"
+  grep -E "us,|rror" "$OUT/wgmma_bench.txt" | head -60
+  timeout 150 python3 .device/anchor_gemm.py 512 > "$OUT/wgmma_anchor.txt" 2>&1
+  tail -8 "$OUT/wgmma_anchor.txt"
 fi
 if has matrix; then
   if [ -x .device/xtask ]; then
