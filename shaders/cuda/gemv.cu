@@ -1952,6 +1952,8 @@ TS_DEV void gemm_store(const GArgs& a, int r0w, int nt0, int lane0, const float 
 // each warp alone (wg_mma_n64 below), which checks the layout and the indexing; the probe
 // example (examples/tensor_probe.rs) checks on the device that the tensor cores read the
 // canonical layout so.
+// The canonical layout's byte offsets: a k16 slice of one n8 tile, and its second k half.
+enum { WG_SLICE = 256, WG_LEAD = 128 };
 #ifdef TS_HOST
 TS_DEV void wg_fence() {}
 TS_DEV void wg_commit() {}
@@ -1984,7 +1986,7 @@ TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], c
     emu_gather_a(a, A);
     for (int k = 0; k < 16; ++k)
         for (int n = 0; n < 64; ++n) {
-            const u8* e = b + (k >> 3) * 128 + (n >> 3) * tile + (n & 7) * 16 + (k & 7) * 2;
+            const u8* e = b + (k >> 3) * WG_LEAD + (n >> 3) * tile + (n & 7) * 16 + (k & 7) * 2;
             B[k][n] = f16_to_f32((u32)e[0] | ((u32)e[1] << 8));
         }
     for (int lane = 0; lane < 32; ++lane) {
@@ -1999,7 +2001,7 @@ TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], c
     }
 #else
     static_assert(L == 1, "one lane per thread on the device");
-    const unsigned long long desc = wg_desc(smem_u32(b), 128, (u32)tile);
+    const unsigned long long desc = wg_desc(smem_u32(b), WG_LEAD, (u32)tile);
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
@@ -2042,7 +2044,7 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
             for (int k = 0; k < G::WPQ; ++k)
 #pragma unroll
                 for (int jj = 0; jj < F::MPW; ++jj) {
-                    const u8* b = xs + ((u * G::NQ + q) * 2 + k * F::MPW + jj) * 256;
+                    const u8* b = xs + ((u * G::NQ + q) * 2 + k * F::MPW + jj) * WG_SLICE;
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt) {
                         u32 fa[L][4];

@@ -232,7 +232,7 @@ impl Tuning {
             && (1..=6).contains(&self.gemm_depth)
             && [2, 4, 8].contains(&self.gemm_warps)
             && self.gemm_split_k.is_none_or(|z| (1..=8).contains(&z))
-            && (!self.gemm_wgmma || (self.gemm_warps.is_multiple_of(4) && self.gemm_stages >= 3))
+            && (!self.gemm_wgmma || self.wgmma_block_fits())
             && self.shared_carveout.is_none_or(|c| c <= 100)
             && self.tiles_from_s.is_none_or(|s| s <= 17)
             && self.mma_persist_grid <= 1 << 20
@@ -246,6 +246,12 @@ impl Tuning {
         } else {
             Err(format!("tuning out of range: {self:?}"))
         }
+    }
+
+    /// The GEMM block the warpgroup MMA needs: whole warpgroups, and 3+ activation stages
+    /// (a stage's tiles are rewritten two stages after its last MMA).
+    pub fn wgmma_block_fits(&self) -> bool {
+        self.gemm_warps.is_multiple_of(4) && self.gemm_stages >= 3
     }
 
     /// n8 tiles per GEMM block for `parts` activation parts.
@@ -474,8 +480,7 @@ pub fn wgmma_gemm(tuning: &Tuning, arch: &str, fmt: u32, parts: u32) -> bool {
         && arch == "sm_90"
         && matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
         && tuning.gemm_nt(parts) == 8
-        && tuning.gemm_warps.is_multiple_of(4)
-        && tuning.gemm_stages >= 3
+        && tuning.wgmma_block_fits()
 }
 
 /// `sm_XY` of a compute capability (H200: 9.0 -> sm_90).
@@ -684,6 +689,7 @@ mod tests {
             },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
+            assert!(!wgmma_gemm(&bad, "sm_90", fmt_id::INT4_ROW, 1), "{bad:?}");
         }
         let key = |build, tuning: &Tuning| ModuleKey {
             kernel: KernelId {
