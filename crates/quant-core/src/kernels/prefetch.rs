@@ -168,6 +168,36 @@ pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usi
     }
 }
 
+/// [`rows`] for one 128-byte quad of each row at `off`, a multiple of 128: its two lines
+/// each, with no line loop.
+#[inline(always)]
+pub(crate) fn quad_lines<const R: usize>(rows: &[*const u8; R], off: usize, ahead: Ahead) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2, _mm_prefetch};
+        for &row in rows {
+            if ahead.near != 0 {
+                let at = row.wrapping_add(off + ahead.near);
+                // SAFETY: prefetch is a hint (see `lines`).
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(at.cast());
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(LINE).cast());
+                }
+            }
+            if ahead.far != 0 {
+                let at = row.wrapping_add(off + ahead.far);
+                // SAFETY: as above.
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T2>(at.cast());
+                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(LINE).cast());
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (rows, off, ahead);
+}
+
 /// Asks for the lines that start in `row[off..off + bytes]`, each `ahead.near` bytes further
 /// on into L1 and each `ahead.far` bytes further on into L2, a distance of 0 not at all (one
 /// request a line and distance, so a loop that takes less than a line an iteration asks once
