@@ -168,28 +168,37 @@ pub(crate) fn rows<const R: usize>(rows: &[*const u8; R], off: usize, bytes: usi
     }
 }
 
-/// [`rows`] for one 128-byte quad of each row at `off`, a multiple of 128: its two lines
-/// each, with no line loop.
+/// [`rows`] without the line loop: `N` lines of each row, at `off`, `off + 64`, ..., each
+/// `ahead` further on. For a step of at most `64 N` bytes from `off` (int4's 128-byte quads
+/// with N = 2, the 136-byte affine blocks with N = 3) it asks for every line the step
+/// touches; a line asked for twice (an unaligned step's first, the previous step's last)
+/// costs one hint.
 #[inline(always)]
-pub(crate) fn quad_lines<const R: usize>(rows: &[*const u8; R], off: usize, ahead: Ahead) {
+pub(crate) fn lines_n<const N: usize, const R: usize>(
+    rows: &[*const u8; R],
+    off: usize,
+    ahead: Ahead,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T2, _mm_prefetch};
         for &row in rows {
-            if ahead.near != 0 {
-                let at = row.wrapping_add(off + ahead.near);
-                // SAFETY: prefetch is a hint (see `lines`).
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(at.cast());
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(LINE).cast());
+            for m in 0..N {
+                if ahead.near != 0 {
+                    // SAFETY: prefetch is a hint (see `lines`).
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            row.wrapping_add(off + m * LINE + ahead.near).cast(),
+                        )
+                    };
                 }
-            }
-            if ahead.far != 0 {
-                let at = row.wrapping_add(off + ahead.far);
-                // SAFETY: as above.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T2>(at.cast());
-                    _mm_prefetch::<_MM_HINT_T2>(at.wrapping_add(LINE).cast());
+                if ahead.far != 0 {
+                    // SAFETY: as above.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T2>(
+                            row.wrapping_add(off + m * LINE + ahead.far).cast(),
+                        )
+                    };
                 }
             }
         }

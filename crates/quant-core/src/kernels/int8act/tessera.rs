@@ -464,7 +464,7 @@ impl Int4Body<'_, '_> {
             q0
         };
         for j in q0..fast_end {
-            prefetch::quad_lines(&rows, 128 * j, ahead);
+            prefetch::lines_n::<2, R>(&rows, 128 * j, ahead);
             for r in 0..R {
                 // SAFETY: quad j < whole lies in each row, and (g64) its groups 4j..4j+4 in
                 // the row's scales.
@@ -810,8 +810,8 @@ impl QBody for AffineBody<'_, '_> {
             let all = self.t.cols() / 256;
             let ahead = panels::ahead(self.blocks.len(), all, R, self.t.row_bytes());
             for j in self.blocks.clone() {
+                prefetch::lines_n::<3, R>(&rows, j * BLOCK_BYTES, ahead);
                 for r in 0..R {
-                    prefetch::lines(rows[r], j * BLOCK_BYTES, BLOCK_BYTES, ahead);
                     let h = rows[r].add(j * BLOCK_BYTES);
                     blk[r] = h.add(HEADER_BYTES);
                     let hv = match self.header {
