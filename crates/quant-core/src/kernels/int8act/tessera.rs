@@ -457,7 +457,9 @@ impl Int4Body<'_, '_> {
         let all = self.chunks.div_ceil(4);
         let ahead = panels::ahead(self.quads.len(), all, R, self.t.row_bytes());
         // Whole quads of int4-row and int4-g64 in a loop of their own: no tail copies,
-        // no group counting, the prefetch's two lines a row unrolled.
+        // no group counting, the prefetch's two lines a row unrolled (one thread in
+        // cache, 1024 x 16384: int4-row 303 -> 267 us, int4-g64 349 -> 318; docs/PERF.md
+        // "Session 23"). The loop below takes the rest: the other group sizes and tails.
         let fast_end = if by_row || g64 {
             whole.clamp(q0, self.quads.end)
         } else {
@@ -484,22 +486,6 @@ impl Int4Body<'_, '_> {
         }
         for j in fast_end..self.quads.end {
             prefetch::rows(&rows, 128 * j, 128, ahead);
-            if g64 && j < whole {
-                for r in 0..R {
-                    // A row's scales are an eighth of its weight bytes: their own stream.
-                    prefetch::lines(srow[r], 16 * j, 16, ahead.over(8));
-                    // SAFETY: quad j < whole lies in each row and its groups 4j..4j+4 in
-                    // the row's scales (a whole quad is 256 weights of the row).
-                    unsafe {
-                        w[r] = rows[r].add(128 * j);
-                        sv[r] = Q::fquad(srow[r].add(16 * j).cast());
-                    }
-                }
-                g += self.quad_step;
-                // SAFETY: see above.
-                unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
-                continue;
-            }
             for r in 0..R {
                 w[r] = if j < whole {
                     // SAFETY: see above.
