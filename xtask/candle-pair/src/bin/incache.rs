@@ -9,7 +9,9 @@
 //! `<format> <path> <O>x<I> 1 thread in cache: <median> us, <GB/s> GB/s, min <fastest> us`
 //! (the fastest call is the steadier figure on a shared VM: interference only adds time).
 //! `TESSERA_INCACHE_UNIFORM=1` replaces `testdata::weights` (outlier rows, many small codes)
-//! by uniform weights in [-1, 1).
+//! by uniform weights in [-1, 1). `TESSERA_INCACHE_THREADS=N` runs the pool with N threads
+//! instead of one (what the cores compute together, against `read-pair`'s two-thread
+//! streams).
 
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
@@ -50,10 +52,16 @@ fn run() -> Result<(), String> {
         }
     }
     let x = activations(&mut rng, 1, i);
+    let threads = match std::env::var("TESSERA_INCACHE_THREADS") {
+        Ok(v) => v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            format!("TESSERA_INCACHE_THREADS: expected a positive count, got {v:?}")
+        })?,
+        Err(_) => 1,
+    };
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
+        .num_threads(threads)
         .build()
-        .map_err(|e| format!("one-thread pool: {e}"))?;
+        .map_err(|e| format!("{threads}-thread pool: {e}"))?;
     for name in formats.split(',') {
         let format: Format = name.parse().map_err(|e| format!("format {name:?}: {e}"))?;
         let enc = encode(format, o, i, &w, &EncodeOptions::default())
@@ -85,8 +93,9 @@ fn run() -> Result<(), String> {
             ts.sort_by(f64::total_cmp);
             let median = ts[ts.len() / 2];
             println!(
-                "{name} {} {o}x{i} 1 thread in cache: {:.1} us, {:.1} GB/s, min {:.1} us",
+                "{name} {} {o}x{i} {threads} thread{} in cache: {:.1} us, {:.1} GB/s, min {:.1} us",
                 path.name(),
+                if threads == 1 { "" } else { "s" },
                 median * 1e6,
                 bytes as f64 / median / 1e9,
                 ts[0] * 1e6
