@@ -1,13 +1,13 @@
-//! Tessera's GEMV at S = 1 on one thread with the tensor resident in cache: what a kernel
+//! Tessera's GEMV at S = 1 on one thread (or N) with the tensor resident in cache: what a kernel
 //! computes per second when memory is not the limit, set beside `read-pair`'s streaming
 //! figures to tell arithmetic from fetching (docs/PERF.md quotes both).
 //!
 //! Usage: `incache [FORMATS] [O] [I]` (defaults: int4-row, int4-g64, mq4-g256-v2,
 //! fp8-e4m3-b128, int8-row; [1024 x 16384], about 8 MB of 4-bit weights, inside a 32 MB
 //! L3). Each path a format has (exact, and int8-act where it exists) is called 50 times to
-//! warm up, then timed over 300 calls in a one-thread rayon pool. Output, one line each:
-//! `<format> <path> <O>x<I> 1 thread in cache: <median> us, <GB/s> GB/s, min <fastest> us`
-//! (the fastest call is the steadier figure on a shared VM: interference only adds time).
+//! warm up, then timed over 300 calls in a one-thread rayon pool (`TESSERA_INCACHE_THREADS`,
+//! below, for more). Output, one line each: `<format> <path> <O>x<I> <N> thread(s) in cache:
+//! <median> us, <GB/s> GB/s, min <fastest> us` (the fastest call is the steadier figure on a shared VM: interference only adds time).
 //! `TESSERA_INCACHE_UNIFORM=1` replaces `testdata::weights` (outlier rows, many small codes)
 //! by uniform weights in [-1, 1). `TESSERA_INCACHE_THREADS=N` runs the pool with N threads
 //! instead of one (what the cores compute together, against `read-pair`'s two-thread

@@ -458,8 +458,8 @@ impl Int4Body<'_, '_> {
         let ahead = panels::ahead(self.quads.len(), all, R, self.t.row_bytes());
         // Whole quads of int4-row and int4-g64 in a loop of their own: no tail copies,
         // no group counting, the prefetch's two lines a row unrolled (one thread in
-        // cache, 1024 x 16384: int4-row 303 -> 267 us, int4-g64 349 -> 318; docs/PERF.md
-        // "Session 23"). The loop below takes the rest: the other group sizes and tails.
+        // cache, 1024 x 16384: int4-row 303 -> 267 us, int4-g64 349 -> 318, against 254 for
+        // the bare C quad body of the same instructions; docs/PERF.md "Session 23"). The loop below takes the rest: the other group sizes and tails.
         let fast_end = if by_row || g64 {
             whole.clamp(q0, self.quads.end)
         } else {
