@@ -302,6 +302,31 @@ pub(crate) trait Micro: Sync {
     fn eight_rows_at_a_time(&self) -> bool {
         false
     }
+    /// Rows `o..o + n` (`n` a multiple of R) against activation rows `t0..t0 + T` at
+    /// `level`, R rows at a time; `out` starts at row `o`'s outputs, S a row. By default one
+    /// call of the level's method a tile; a kernel whose level methods are each a
+    /// `#[target_feature]` function (never inlined into this loop) overrides it to loop
+    /// inside one, so that a short row does not pay a call, its prologue and its spills.
+    ///
+    /// # Safety
+    /// `level` is supported by the CPU; rows `o..o + n` exist; `t0 + T <= S`.
+    unsafe fn tiles<const R: usize, const T: usize>(
+        &self,
+        level: SimdLevel,
+        o: usize,
+        n: usize,
+        s: usize,
+        t0: usize,
+        out: &mut [f32],
+    ) where
+        Self: Sized,
+    {
+        let mut r = 0;
+        while r < n {
+            call::<Self, R, T>(level, self, o + r, t0, &mut out[r * s..]);
+            r += R;
+        }
+    }
 }
 
 /// Runs `m` over rows `row0..row0+n` and all S activation rows: S is cut into tiles of 4,
@@ -368,14 +393,12 @@ fn tile<M: Micro, const R: usize, const T: usize>(
     t0: usize,
     out: &mut [f32],
 ) {
-    let mut r = 0;
-    while r + R <= n {
-        call::<M, R, T>(level, m, row0 + r, t0, &mut out[r * s..]);
-        r += R;
-    }
-    while r < n {
-        call::<M, 1, T>(level, m, row0 + r, t0, &mut out[r * s..]);
-        r += 1;
+    let whole = n / R * R;
+    // SAFETY: `level` was clamped to the hardware by the entry points; the rows lie inside
+    // the task's range and `t0 + T <= S` by construction in `drive`.
+    unsafe {
+        m.tiles::<R, T>(level, row0, whole, s, t0, out);
+        m.tiles::<1, T>(level, row0 + whole, n - whole, s, t0, &mut out[whole * s..]);
     }
 }
 

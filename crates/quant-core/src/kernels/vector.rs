@@ -535,6 +535,19 @@ pub(crate) trait QVec {
     unsafe fn fsum(a: Self::F) -> f32;
     /// The fp16 at `p` as f32.
     unsafe fn f16(p: *const u8) -> f32;
+    /// One row's 256-weight quad against one activation row: the 128 nibble-code bytes at
+    /// `w` against the 256 values at `x` in the [`super::int8act`] `Pairs` layout, one i32
+    /// lane per 32-block in the order of `QActs::dh` (what the int4 and affine quads fold
+    /// their scales into). A 256-bit chunk at a time ([`super::int8act::quad_dots_narrow`])
+    /// unless a level does it wider.
+    #[inline(always)]
+    unsafe fn quad_dot(w: *const u8, x: *const u8) -> Self::I
+    where
+        Self: Sized,
+    {
+        // SAFETY: the caller's contract: 128 bytes at `w`, 256 values at `x`.
+        unsafe { super::int8act::quad_dots_narrow::<Self, 1, 1>(&[w], 0, &[x])[0][0] }
+    }
 }
 
 /// `vpdpbusd` (AVX-512 VNNI with VL) over AVX2 for everything else.
@@ -754,6 +767,45 @@ macro_rules! qvec_avx2_common {
 #[cfg(target_arch = "x86_64")]
 impl QVec for Vnni {
     qvec_avx2_common!();
+    /// Two 64-byte loads of codes (chunks 0-1 and 2-3), each meeting one 64-byte load of
+    /// its two chunks' even values and one of their odd values (the `Pairs` layout keeps a
+    /// chunk pair's halves side by side for this), then the 32 dot lanes folded to the 8
+    /// blocks by two `vpermt2d` and two adds: 16 instructions where the 256-bit form
+    /// takes 30 (in cache, one thread, a bare C copy of both bodies over [2048 x 4096]
+    /// int4: 116.5 against 100.2 us, 2026-12-07).
+    #[inline(always)]
+    unsafe fn quad_dot(w: *const u8, x: *const u8) -> __m256i {
+        // SAFETY: see the impl; 128 bytes at w, 256 at x.
+        unsafe {
+            let m4 = _mm512_set1_epi8(0x0F);
+            let pair = |at: usize| {
+                let v = _mm512_loadu_si512(w.add(at / 2).cast());
+                let lo = _mm512_and_si512(v, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                let xe = _mm512_loadu_si512(x.add(at).cast());
+                let xo = _mm512_loadu_si512(x.add(at + 64).cast());
+                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo)
+            };
+            let (a, b) = (pair(0), pair(128));
+            // Lanes of a (0..16) and b (16..32): chunk m's first block at 8m..8m+4, its
+            // second at 8m+4..8m+8. Output lane k's four lanes start at START[k]; the first
+            // vpermt2d pair sums lanes 0+1 and 2+3 of each into lanes k and 8 + k.
+            const START: [i32; 8] = [0, 8, 16, 24, 4, 12, 20, 28];
+            let idx = |add: [i32; 2]| {
+                let mut v = [0i32; 16];
+                for k in 0..8 {
+                    v[k] = START[k] + add[0];
+                    v[8 + k] = START[k] + add[1];
+                }
+                _mm512_loadu_si512(v.as_ptr().cast())
+            };
+            let s = _mm512_add_epi32(
+                _mm512_permutex2var_epi32(a, idx([0, 2]), b),
+                _mm512_permutex2var_epi32(a, idx([1, 3]), b),
+            );
+            _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+        }
+    }
     #[inline(always)]
     unsafe fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: see the impl.

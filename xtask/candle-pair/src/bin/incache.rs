@@ -11,11 +11,13 @@
 //! `TESSERA_INCACHE_UNIFORM=1` replaces `testdata::weights` (outlier rows, many small codes)
 //! by uniform weights in [-1, 1). `TESSERA_INCACHE_THREADS=N` runs the pool with N threads
 //! instead of one (what the cores compute together, against `read-pair`'s two-thread
-//! streams).
+//! streams). `TESSERA_INCACHE_OFFSET=M` (0..64) copies the weights to start M bytes past a
+//! cache line: the encoder's buffers, like any large `Vec` from glibc's allocator, start 16
+//! bytes past one, and a 64-byte load there always splits two lines.
 
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, Format, encode};
+use quant_core::{EncodeOptions, Format, QTensor, encode};
 use std::time::Instant;
 
 fn main() {
@@ -58,6 +60,12 @@ fn run() -> Result<(), String> {
         })?,
         Err(_) => 1,
     };
+    let offset = match std::env::var("TESSERA_INCACHE_OFFSET") {
+        Ok(v) => Some(v.parse::<usize>().ok().filter(|&m| m < 64).ok_or_else(|| {
+            format!("TESSERA_INCACHE_OFFSET: expected a byte offset below 64, got {v:?}")
+        })?),
+        Err(_) => None,
+    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -67,6 +75,20 @@ fn run() -> Result<(), String> {
         let enc = encode(format, o, i, &w, &EncodeOptions::default())
             .map_err(|e| format!("encoding {name} [{o} x {i}]: {e}"))?;
         let bytes = enc.weights.len() + enc.scales.len();
+        // The weights where the encoder left them, or copied to start `offset` bytes past a
+        // cache line.
+        let mut store = Vec::new();
+        let weights: &[u8] = match offset {
+            Some(m) => {
+                store.resize(enc.weights.len() + 128, 0u8);
+                let at = (64 - store.as_ptr() as usize % 64) % 64 + m;
+                store[at..at + enc.weights.len()].copy_from_slice(&enc.weights);
+                &store[at..at + enc.weights.len()]
+            }
+            None => &enc.weights,
+        };
+        let view = QTensor::new(format, o, i, weights, &enc.scales, enc.rotation_seed)
+            .map_err(|e| format!("{name}: {e}"))?;
         let mut paths = vec![KernelPath::Exact];
         if has_int8_activations(format) {
             paths.push(KernelPath::Int8Activations);
@@ -75,7 +97,7 @@ fn run() -> Result<(), String> {
             let mut y = vec![0f32; o];
             let mut ts = pool.install(|| -> Result<Vec<f64>, String> {
                 let call = |y: &mut [f32]| {
-                    gemm_with(path, &enc.view(), &x, 1, y)
+                    gemm_with(path, &view, &x, 1, y)
                         .map(|_| ())
                         .map_err(|e| format!("{name} {}: {e}", path.name()))
                 };

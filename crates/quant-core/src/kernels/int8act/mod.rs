@@ -69,6 +69,7 @@ mod kzmm;
 mod lines;
 mod panels;
 mod tessera;
+pub(crate) use tessera::quad_dots_narrow;
 #[cfg(test)]
 mod tests;
 mod zmm_int8_row;
@@ -117,10 +118,13 @@ const PAD: usize = 256;
 pub(crate) enum QLayout {
     /// Weight order.
     Natural,
-    /// For the interleaved nibble formats (weight 2b the low nibble of byte b): in every
-    /// 64-chunk, the 32 even-indexed values then the 32 odd-indexed ones, so that the low
-    /// nibbles of 32 packed bytes meet the first half and the high nibbles the second; 8
-    /// i32 lanes of a dot then hold weights 8l..8l+8 of the chunk. Beside the values, per
+    /// For the interleaved nibble formats (weight 2b the low nibble of byte b): each
+    /// 64-chunk's 32 even-indexed values (`xe`) and 32 odd-indexed ones (`xo`), so that the
+    /// low nibbles of 32 packed bytes meet `xe` and the high nibbles `xo`; 8 i32 lanes of a
+    /// dot then hold weights 8l..8l+8 of the chunk. Two chunks c, c + 1 (c even) share 128
+    /// bytes as `[xe_c, xe_c+1, xo_c, xo_c+1]` ([`pairs_at`]), so that one 64-byte load of
+    /// two chunks' codes meets one 64-byte load of their `xe` ([`super::vector::QVec::quad_dot`]).
+    /// Beside the values, per
     /// 32-block its step, and (in the order of two `vphaddd` levels over four chunk dots,
     /// [`QActs::dh`]) its step, value sum and int4 offset again: a kernel reads 1.25 bytes a
     /// weight (the per-lane layout before it, 2.06).
@@ -128,6 +132,15 @@ pub(crate) enum QLayout {
     /// Not int8 at all: each value rounded to bf16 ([`fp8_bf16`], whose docs show that the
     /// int8 rounding bound still holds), stored per 64-chunk in [`fp8_bf16::order`].
     Bf16,
+}
+
+/// [`QLayout::Pairs`]: where 64-chunk `c`'s even-indexed and odd-indexed 32 values start in
+/// a row of activations. Rows are padded to a multiple of 256 values, so every chunk has
+/// its pair partner.
+#[inline(always)]
+pub(crate) const fn pairs_at(c: usize) -> (usize, usize) {
+    let even = 128 * (c / 2) + 32 * (c % 2);
+    (even, even + 64)
 }
 
 /// Activations [S, I] rounded to int8 per 32-block, with the per-block numbers the
@@ -246,11 +259,14 @@ impl QActs {
                     for (w, p) in words.iter_mut().zip(qn.chunks_exact(2)) {
                         *w = u16::from_le_bytes([p[0] as u8, p[1] as u8]);
                     }
-                    let (even, odd) = dst[64 * c..64 * c + 64].split_at_mut(32);
+                    let (mut even, mut odd) = ([0i8; 32], [0i8; 32]);
                     for ((e, o), w) in even.iter_mut().zip(odd.iter_mut()).zip(words) {
                         *e = w as u8 as i8;
                         *o = (w >> 8) as u8 as i8;
                     }
+                    let (e, o) = pairs_at(c);
+                    dst[e..e + 32].copy_from_slice(&even);
+                    dst[o..o + 32].copy_from_slice(&odd);
                     a.d[k * nb + 2 * c..k * nb + 2 * c + 2].copy_from_slice(&steps);
                     for h in 0..2 {
                         let at = k * nb + 8 * (c / 4) + 4 * h + c % 4;
@@ -680,6 +696,34 @@ impl<M: QBody> Micro for QDriver<M> {
     fn eight_rows_at_a_time(&self) -> bool {
         self.0.eight_rows()
     }
+    unsafe fn tiles<const R: usize, const T: usize>(
+        &self,
+        level: SimdLevel,
+        o: usize,
+        n: usize,
+        s: usize,
+        t0: usize,
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match level {
+            SimdLevel::Avx512Vnni => {
+                // SAFETY: forwarded contract: the level's features are present.
+                return unsafe { tiles_vnni::<M, R, T>(&self.0, o, n, s, t0, out) };
+            }
+            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+                // SAFETY: as above; AVX-512 implies AVX2, FMA and F16C.
+                return unsafe { tiles_madd::<M, R, T>(&self.0, o, n, s, t0, out) };
+            }
+            SimdLevel::Portable => {}
+        }
+        let _ = level;
+        let mut r = 0;
+        while r < n {
+            self.portable::<R, T>(o + r, t0, &mut out[r * s..]);
+            r += R;
+        }
+    }
     fn portable<const R: usize, const T: usize>(&self, o: usize, t0: usize, out: &mut [f32]) {
         assert!(
             o + R <= self.0.rows() && t0 + T <= self.0.batch(),
@@ -702,6 +746,50 @@ unsafe fn run_vnni<M: QBody, const R: usize, const T: usize>(
 ) {
     // SAFETY: forwarded contract; this function carries Vnni's features.
     unsafe { m.run::<Vnni, R, T>(o, t0, out) }
+}
+
+/// [`run_vnni`] over rows `o..o + n`, R at a time, inside one function.
+///
+/// # Safety
+/// As [`run_vnni`] for every tile; `n` a multiple of R; `out` holds S outputs a row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tiles_vnni<M: QBody, const R: usize, const T: usize>(
+    m: &M,
+    o: usize,
+    n: usize,
+    s: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let mut r = 0;
+    while r < n {
+        // SAFETY: forwarded contract; this function carries Vnni's features.
+        unsafe { m.run::<Vnni, R, T>(o + r, t0, &mut out[r * s..]) };
+        r += R;
+    }
+}
+
+/// [`run_madd`] over rows `o..o + n`, R at a time, inside one function.
+///
+/// # Safety
+/// As [`run_madd`] for every tile; `n` a multiple of R; `out` holds S outputs a row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tiles_madd<M: QBody, const R: usize, const T: usize>(
+    m: &M,
+    o: usize,
+    n: usize,
+    s: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let mut r = 0;
+    while r < n {
+        // SAFETY: forwarded contract; this function carries Madd's features.
+        unsafe { m.run::<Madd, R, T>(o + r, t0, &mut out[r * s..]) };
+        r += R;
+    }
 }
 
 /// # Safety

@@ -10,7 +10,9 @@
 //!   even-indexed activations and the high nibbles with the odd ones, into the same 8
 //!   lanes, lane l holding weights 8l..8l+8 (activation 32-block 2c + l/4). int4-row, int4
 //!   groups that are a multiple of 64 and the affine blocks go a quad of four chunks at a
-//!   time ([`quad_dots`]): two `vphaddd` levels leave one lane per 32-block, to which the
+//!   time ([`quad_dots`]; one row against one activation row, at S = 1, through
+//!   [`QVec::quad_dot`], which at the VNNI level is two 512-bit loads of codes and a
+//!   `vpermt2d` fold): two `vphaddd` levels leave one lane per 32-block, to which the
 //!   block's int4 offset `-8·Σ q8` is added exactly (in the integer sum) before one
 //!   conversion, the block's step ([`QActs::dh`]) and the lane's group or span scale; the
 //!   affine zero term is `zero · d · Σ q` per block, one vector FMA. Groups that are not a
@@ -29,7 +31,7 @@ use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
 use super::panels::{self, UNIT, in_panels};
-use super::{Int8Kernel, QActs, QBody, QDriver, QLayout};
+use super::{Int8Kernel, QActs, QBody, QDriver, QLayout, pairs_at};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -325,9 +327,10 @@ impl Int4Body<'_, '_> {
             let mut dl = [Q::fzero(); T];
             let mut off = [Q::izero(); T];
             let eight = Q::bsplat(8);
+            let (e, od) = pairs_at(c);
             for k in 0..T {
-                xe[k] = Q::load(x[k].0.add(64 * c));
-                xo[k] = Q::load(x[k].0.add(64 * c + 32));
+                xe[k] = Q::load(x[k].0.add(e));
+                xo[k] = Q::load(x[k].0.add(od));
                 dl[k] = Q::fpair(x[k].1.add(2 * c));
                 off[k] = Q::ineg(Q::dot(Q::dot(Q::izero(), eight, xe[k]), eight, xo[k]));
             }
@@ -597,14 +600,35 @@ impl Int4Body<'_, '_> {
 }
 
 /// The integer dots of quad `j` (chunks 4j..4j+4: 128 weight bytes at each `w[r]`, the
-/// activations of those chunks at `xq[k]`), reduced by two `vphaddd` levels to one lane per
-/// 32-block: lane m holds chunk m's first block, lane 4 + m its second (the order of
-/// [`QActs::dh`]). Shared by the int4 and affine quads.
+/// activations of those chunks at `xq[k]`), one lane per 32-block: lane m holds chunk m's
+/// first block, lane 4 + m its second (the order of [`QActs::dh`]). Shared by the int4 and
+/// affine quads. One row against one activation row (S = 1 on the one-row and panel walks)
+/// goes to [`QVec::quad_dot`], which a level may do wider; tiles to [`quad_dots_narrow`].
 ///
 /// # Safety
 /// As [`QBody::run`]; 128 bytes at each `w[r]`; activation quad `j` exists.
 #[inline(always)]
 unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
+    w: &[*const u8; R],
+    j: usize,
+    xq: &[*const u8; T],
+) -> [[Q::I; T]; R] {
+    // SAFETY: the caller's contract; quad j's activations are the 256 values from 256j.
+    unsafe {
+        if R == 1 && T == 1 {
+            return [[Q::quad_dot(w[0], xq[0].add(256 * j)); T]; R];
+        }
+        quad_dots_narrow::<Q, R, T>(w, j, xq)
+    }
+}
+
+/// [`quad_dots`] a 256-bit chunk at a time: each chunk's dot reduced with its neighbour's
+/// by two `vphaddd` levels.
+///
+/// # Safety
+/// As [`quad_dots`].
+#[inline(always)]
+pub(crate) unsafe fn quad_dots_narrow<Q: QVec, const R: usize, const T: usize>(
     w: &[*const u8; R],
     j: usize,
     xq: &[*const u8; T],
@@ -615,11 +639,11 @@ unsafe fn quad_dots<Q: QVec, const R: usize, const T: usize>(
         let mut h23 = [[Q::izero(); T]; R];
         let mut first = [[Q::izero(); T]; R];
         for m in 0..4 {
-            let c = 4 * j + m;
+            let (e, od) = pairs_at(4 * j + m);
             let (mut xe, mut xo) = ([Q::bzero(); T], [Q::bzero(); T]);
             for k in 0..T {
-                xe[k] = Q::load(xq[k].add(64 * c));
-                xo[k] = Q::load(xq[k].add(64 * c + 32));
+                xe[k] = Q::load(xq[k].add(e));
+                xo[k] = Q::load(xq[k].add(od));
             }
             for r in 0..R {
                 let v = Q::load(w[r].add(32 * m));
