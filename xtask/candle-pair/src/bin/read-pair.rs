@@ -16,11 +16,14 @@
 //! Usage: `read-pair [FORMATS] [SHAPES]` (defaults: issue 2's int8-row, int4-row, int4-g64,
 //! fp8-e4m3-b128, mq4-g256-v2, and issue 8's q8_0, q4_k, q6_k — how near the memory bound
 //! the GGUF kernels, and so candle's, run — on 4096x4096, 14336x4096, 6144x16384).
+//! `TESSERA_READ_PAIR_OFFSET=M` (0..64) moves every copy of the weights, and the read's
+//! buffers, to start M bytes past a cache line (by default both start where glibc's
+//! allocator puts a large `Vec`: 16 bytes past one).
 
 use candle_pair::{copies, formats_and_shapes, median};
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
 use quant_core::testdata::{Rng, activations, weights};
-use quant_core::{EncodeOptions, encode};
+use quant_core::{EncodeOptions, QTensor, encode};
 use std::time::Instant;
 
 /// read_bw.c's inner loop over `b`: 64-byte loads into four independent accumulators.
@@ -94,6 +97,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let avx512 = std::is_x86_feature_detected!("avx512f");
+    let offset = match std::env::var("TESSERA_READ_PAIR_OFFSET") {
+        Ok(v) => Some(v.parse::<usize>().ok().filter(|&m| m < 64).ok_or_else(|| {
+            format!("TESSERA_READ_PAIR_OFFSET: expected a byte offset below 64, got {v:?}")
+        })?),
+        Err(_) => None,
+    };
     if !avx512 {
         eprintln!(
             "note: no AVX-512: the read probe runs its 256-bit form (read_bw.c's loop needs AVX-512)"
@@ -111,7 +120,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let copies = copies(bytes);
             let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
             let plain: Vec<Vec<u8>> = (0..copies)
-                .map(|_| quant_core::memory::weight_buffer(bytes.next_multiple_of(256)))
+                .map(|_| quant_core::memory::weight_buffer(bytes.next_multiple_of(256) + 128))
+                .collect();
+            // The weights where `clone` left them, or moved `offset` bytes past a line (and
+            // the read's buffers with them).
+            let moved: Vec<Vec<u8>> = match offset {
+                Some(_) => ours
+                    .iter()
+                    .map(|e| quant_core::memory::weight_buffer(e.weights.len() + 128))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let at = |b: &[u8]| offset.map_or(0, |m| (64 - b.as_ptr() as usize % 64) % 64 + m);
+            let mut moved = moved;
+            for (dst, e) in moved.iter_mut().zip(&ours) {
+                let k = at(dst);
+                dst[k..k + e.weights.len()].copy_from_slice(&e.weights);
+            }
+            let views: Vec<QTensor<'_>> = ours
+                .iter()
+                .enumerate()
+                .map(|(k, e)| match moved.get(k) {
+                    Some(dst) => {
+                        let a = at(dst);
+                        QTensor::new(
+                            format,
+                            o,
+                            i,
+                            &dst[a..a + e.weights.len()],
+                            &e.scales,
+                            e.rotation_seed,
+                        )
+                    }
+                    None => Ok(e.view()),
+                })
+                .collect::<Result<_, _>>()?;
+            let plain: Vec<&[u8]> = plain
+                .iter()
+                .map(|b| &b[at(b)..at(b) + bytes.next_multiple_of(256)])
                 .collect();
             let mut paths = vec![KernelPath::Exact];
             if has_int8_activations(format) {
@@ -120,18 +166,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for path in paths {
                 let mut y = vec![0f32; o];
                 for k in 0..copies {
-                    std::hint::black_box(read(&plain[k], avx512));
-                    gemm_with(path, &ours[k].view(), &x, 1, &mut y)?;
+                    std::hint::black_box(read(plain[k], avx512));
+                    gemm_with(path, &views[k], &x, 1, &mut y)?;
                 }
                 let calls = (3 * copies).max(200);
                 let (mut tr, mut tt) = (vec![], vec![]);
                 for r in 0..calls {
                     let (a, b) = (r % copies, (r + copies / 2) % copies);
                     let t = Instant::now();
-                    std::hint::black_box(read(&plain[a], avx512));
+                    std::hint::black_box(read(plain[a], avx512));
                     tr.push(t.elapsed().as_secs_f64());
                     let t = Instant::now();
-                    gemm_with(path, &ours[b].view(), &x, 1, &mut y)?;
+                    gemm_with(path, &views[b], &x, 1, &mut y)?;
                     std::hint::black_box(&y);
                     tt.push(t.elapsed().as_secs_f64());
                 }
