@@ -166,26 +166,35 @@ fn every_build_compiles_for_sm90() {
         }
         n += 1;
     }
-    // The warpgroup-MMA GEMM (sm_90a) of the formats it serves, at both precisions.
+    // The row formats' GEMM both ways at both precisions: the warpgroup MMA (sm_90a, the
+    // default on sm_90, so the loop above built it too) and `mma.sync` (other devices, and
+    // `TESSERA_CUDA_WGMMA=0`).
     for fmt in [fmt_id::INT4_ROW, fmt_id::INT8_ROW] {
         for parts in [1, 2] {
-            let mut key = key(
-                KernelId { fmt, group: 0 },
-                Build::Gemm {
-                    mma: kernels_cuda::caps::MmaKernel { chunk_bytes: 16 },
-                    parts,
-                },
-                0,
-                None,
-            );
-            key.tuning.gemm_wgmma = true;
-            assert!(key.options().contains(&"-DTS_WGMMA".to_string()), "{key:?}");
-            assert!(key.options()[0].ends_with("sm_90a"), "{key:?}");
-            let src = compile::ptx(&key)
-                .unwrap_or_else(|e| panic!("{e}"))
-                .to_src();
-            assert!(src.contains("wgmma.mma_async"), "{key:?}");
-            n += 1;
+            for wgmma in [true, false] {
+                let mut key = key(
+                    KernelId { fmt, group: 0 },
+                    Build::Gemm {
+                        mma: kernels_cuda::caps::MmaKernel { chunk_bytes: 16 },
+                        parts,
+                    },
+                    0,
+                    None,
+                );
+                key.tuning.gemm_wgmma = wgmma;
+                let options = key.options();
+                assert_eq!(
+                    options.contains(&"-DTS_WGMMA".to_string()),
+                    wgmma,
+                    "{key:?}"
+                );
+                assert_eq!(options[0].ends_with("sm_90a"), wgmma, "{key:?}");
+                let src = compile::ptx(&key)
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .to_src();
+                assert_eq!(src.contains("wgmma.mma_async"), wgmma, "{key:?}");
+                n += 1;
+            }
         }
     }
     println!("{n} builds compiled");
