@@ -468,21 +468,41 @@ impl Int4Body<'_, '_> {
         } else {
             q0
         };
-        for j in q0..fast_end {
-            prefetch::lines_n::<2, R>(&rows, 128 * j, ahead);
-            for r in 0..R {
-                // SAFETY: quad j < whole lies in each row, and (g64) its groups 4j..4j+4 in
-                // the row's scales.
-                unsafe {
-                    w[r] = rows[r].add(128 * j);
-                    if g64 {
-                        prefetch::lines(srow[r], 16 * j, 16, ahead.over(8));
-                        sv[r] = Q::fquad(srow[r].add(16 * j).cast());
+        // One quad of the loops below (a macro, not a closure: a closure is a function of
+        // its own, which neither inherits this function's target features nor inlines here).
+        macro_rules! step {
+            ($j:expr) => {{
+                let j = $j;
+                for r in 0..R {
+                    // SAFETY: quad j < whole lies in each row, and (g64) its groups 4j..4j+4
+                    // in the row's scales.
+                    unsafe {
+                        w[r] = rows[r].add(128 * j);
+                        if g64 {
+                            sv[r] = Q::fquad(srow[r].add(16 * j).cast());
+                        }
                     }
                 }
+                // SAFETY: see above.
+                unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
+            }};
+        }
+        // Without prefetch (the default off Intel), a loop that does not carry the
+        // distances: with them, int4-g64's one-row loop kept its pointers on the stack.
+        if ahead == prefetch::Ahead::OFF {
+            for j in q0..fast_end {
+                step!(j);
             }
-            // SAFETY: see above.
-            unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
+        } else {
+            for j in q0..fast_end {
+                prefetch::lines_n::<2, R>(&rows, 128 * j, ahead);
+                if g64 {
+                    for r in 0..R {
+                        prefetch::lines(srow[r], 16 * j, 16, ahead.over(8));
+                    }
+                }
+                step!(j);
+            }
         }
         if g64 {
             g += self.quad_step * (fast_end - q0);
