@@ -123,11 +123,11 @@ pub(crate) enum QLayout {
     /// low nibbles of 32 packed bytes meet `xe` and the high nibbles `xo`; 8 i32 lanes of a
     /// dot then hold weights 8l..8l+8 of the chunk. Two chunks c, c + 1 (c even) share 128
     /// bytes as `[xe_c, xe_c+1, xo_c, xo_c+1]` ([`pairs_at`]), so that one 64-byte load of
-    /// two chunks' codes meets one 64-byte load of their `xe` ([`super::vector::QVec::quad_dot`]).
-    /// Beside the values, per
-    /// 32-block its step, and (in the order of two `vphaddd` levels over four chunk dots,
-    /// [`QActs::dh`]) its step, value sum and int4 offset again: a kernel reads 1.25 bytes a
-    /// weight (the per-lane layout before it, 2.06).
+    /// two chunks' codes meets one 64-byte load of their `xe`
+    /// ([`super::vector::QVec::quad_dot`]). Beside the values, per 32-block its step, and
+    /// (in the order of two `vphaddd` levels over four chunk dots, [`QActs::dh`]) its step,
+    /// value sum and int4 offset again: a kernel reads 1.25 bytes a weight (the per-lane
+    /// layout before it, 2.06).
     Pairs,
     /// Not int8 at all: each value rounded to bf16 ([`fp8_bf16`], whose docs show that the
     /// int8 rounding bound still holds), stored per 64-chunk in [`fp8_bf16::order`].
