@@ -468,8 +468,9 @@ impl Int4Body<'_, '_> {
         } else {
             q0
         };
-        // One quad of the loops below (a macro, not a closure: a closure is a function of
-        // its own, which neither inherits this function's target features nor inlines here).
+        // One quad of the loops below: a macro, not a closure. A closure is a function of
+        // its own and does not inherit this function's target features, so where it is not
+        // inlined its intrinsics become calls (a closure here ran 40x slower, measured).
         macro_rules! step {
             ($j:expr) => {{
                 let j = $j;
