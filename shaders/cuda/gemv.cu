@@ -1780,6 +1780,64 @@ TS_DEV void gemm_frag_a(const u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt
     fa[3] = p[l][mt][1][k][2 * jj + 1];
 }
 
+// The raw scale words of k-block u of a stage, per lane, m tile and row half.
+template <int FMT, int CBT, int L>
+TS_DEV void gemm_kblock_scales(const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], int u,
+                               u32 (&rk)[L][2][2][MmaFmt<FMT>::NR]) {
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int n = 0; n < MmaFmt<FMT>::NR; ++n) rk[l][mt][h][n] = r[l][mt][h][u][n];
+}
+
+// acc += k-block kb's products c (C layout) times the k-block's scale, plus its zero term
+// (affine formats: z times the activations' sum over the k-block's segment). With P = 2
+// the hi and lo columns of an activation are summed into acc[.][2h] (acc[.][2h+1] stays
+// 0); with P = 1 each column is its own activation.
+template <int FMT, int CBT, int P, int NTW, int L>
+TS_DEV void gemm_fold_kblock(const GArgs& a, i64 kb, int lane0, int nt0, const u32 (&rk)[L][2][2][MmaFmt<FMT>::NR],
+                             const float (&c)[L][2][NTW][4], float (&acc)[L][2][NTW][4]) {
+    typedef MmaFmt<FMT> F;
+    const i64 seg = mma_col0<FMT, CBT>(kb, 0) / TS_SUM_SEG;
+    const i64 segs = a.m.xs / TS_SUM_SEG;
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int t = (lane0 + l) & 3;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            float d[2], z[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(rk[l][mt][h], d[h], z[h]);
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                if constexpr (P == 2) {
+                    const int s = 4 * (nt0 + j) + t;
+                    const float xsum = F::AFFINE ? a.m.xa[a.sp + (i64)s * segs + seg] : 0.0f;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        acc[l][mt][j][2 * h] += d[h] * (c[l][mt][j][2 * h] + c[l][mt][j][2 * h + 1]) + z[h] * xsum;
+                } else {
+                    const int s0 = 8 * (nt0 + j) + 2 * t;
+                    float xsum[2] = {0.0f, 0.0f};
+                    if constexpr (F::AFFINE) {
+                        xsum[0] = a.m.xa[a.sp + (i64)s0 * segs + seg];
+                        xsum[1] = a.m.xa[a.sp + (i64)(s0 + 1) * segs + seg];
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            acc[l][mt][j][2 * h + e] += d[h] * c[l][mt][j][2 * h + e] + z[h] * xsum[e];
+                }
+            }
+        }
+    }
+}
+
 // acc (+)= the warp's 32 rows x the block's B columns over stage st, with `xs` the stage's
 // activation tiles in shared memory. C layout per (m tile mt, n tile j): q = 0, 1: row g,
 // B columns 2t, 2t + 1; q = 2, 3: row g + 8. Row-scaled formats accumulate in acc; the
@@ -1866,40 +1924,9 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
 #pragma unroll
                         for (int e = 0; e < 4; ++e) acc[l][mt][j][e] = c[l][mt][j][e];
         } else {
-            const i64 seg = mma_col0<FMT, CBT>(kb, 0) / TS_SUM_SEG;
-            const i64 segs = a.m.xs / TS_SUM_SEG;
-#pragma unroll
-            for (int l = 0; l < L; ++l) {
-                const int t = (lane0 + l) & 3;
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    float d[2], z[2];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) mma_scale_decode<FMT>(r[l][mt][h][u], d[h], z[h]);
-#pragma unroll
-                    for (int j = 0; j < NTW; ++j) {
-                        if constexpr (P == 2) {
-                            const int s = 4 * (nt0 + j) + t;
-                            const float xsum = F::AFFINE ? a.m.xa[a.sp + (i64)s * segs + seg] : 0.0f;
-#pragma unroll
-                            for (int h = 0; h < 2; ++h)
-                                acc[l][mt][j][2 * h] += d[h] * (c[l][mt][j][2 * h] + c[l][mt][j][2 * h + 1]) + z[h] * xsum;
-                        } else {
-                            const int s0 = 8 * (nt0 + j) + 2 * t;
-                            float xsum[2] = {0.0f, 0.0f};
-                            if constexpr (F::AFFINE) {
-                                xsum[0] = a.m.xa[a.sp + (i64)s0 * segs + seg];
-                                xsum[1] = a.m.xa[a.sp + (i64)(s0 + 1) * segs + seg];
-                            }
-#pragma unroll
-                            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                                for (int e = 0; e < 2; ++e)
-                                    acc[l][mt][j][2 * h + e] += d[h] * c[l][mt][j][2 * h + e] + z[h] * xsum[e];
-                        }
-                    }
-                }
-            }
+            u32 rk[L][2][2][F::NR];
+            gemm_kblock_scales<FMT, CBT, L>(r, u, rk);
+            gemm_fold_kblock<FMT, CBT, P, NTW, L>(a, kb, lane0, nt0, rk, c, acc);
         }
     }
 }
@@ -1977,9 +2004,10 @@ TS_DEV unsigned long long wg_desc(u32 addr, u32 lead, u32 stride) {
 #endif
 
 // acc[.][mt] (+)= A (each lane's warp's 16 rows of the warpgroup's 64, in mma16816's A
-// layout) . B [16 x 64], the k16 slice of the stage's tiles at `b` (`tile` bytes an n8 tile).
+// layout) . B [16 x 64], the k16 slice of the stage's tiles at `b` (`tile` bytes an n8 tile):
+// added to acc where `add`, written over it where not (the instruction's scale-d).
 template <int L>
-TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], const u8* b, int tile) {
+TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], const u8* b, int tile, bool add) {
 #ifdef TS_HOST
     static_assert(L == 32, "the host emulation runs a whole warp");
     float A[16][16], B[16][64];
@@ -1996,7 +2024,7 @@ TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], c
                 const int row = g + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
                 float s = 0.0f;
                 for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];  // products exact in f32
-                acc[lane][mt][j][q] += s;
+                acc[lane][mt][j][q] = add ? acc[lane][mt][j][q] + s : s;
             }
     }
 #else
@@ -2013,21 +2041,47 @@ TS_DEV void wg_mma_n64(float (&acc)[L][2][8][4], int mt, const u32 (&a)[L][4], c
           "+f"(acc[0][mt][5][0]), "+f"(acc[0][mt][5][1]), "+f"(acc[0][mt][5][2]), "+f"(acc[0][mt][5][3]),
           "+f"(acc[0][mt][6][0]), "+f"(acc[0][mt][6][1]), "+f"(acc[0][mt][6][2]), "+f"(acc[0][mt][6][3]),
           "+f"(acc[0][mt][7][0]), "+f"(acc[0][mt][7][1]), "+f"(acc[0][mt][7][2]), "+f"(acc[0][mt][7][3])
-        : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "l"(desc), "r"(1));
+        : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "l"(desc), "r"(add ? 1u : 0u));
 #endif
 }
 
-// acc += the warp's 32 rows (two m16 tiles, each one quarter of a warpgroup m64 tile) x the
-// block's 64 B columns over stage st, whose tiles are at xs in shared memory.
-template <int FMT, int CBT, int NTW, int L>
-TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
-                            const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], const u8* xs,
+// The k-block whose products wait in the warpgroup GEMM's c to be scaled into acc (scaled
+// formats): its raw scale words and index (kb < 0: none). Carried across stages, since the
+// stage's scale registers are refilled before its last k-block is folded.
+template <int FMT, int L>
+struct WgPending {
+    u32 rk[L][2][2][MmaFmt<FMT>::NR];
+    i64 kb;
+};
+
+// Folds the pending k-block, if any, once its MMAs are done.
+template <int FMT, int CBT, int P, int NTW, int L>
+TS_DEV void wg_fold_pending(const GArgs& a, int lane0, int nt0, WgPending<FMT, L>& pend, const float (&c)[L][2][NTW][4],
                             float (&acc)[L][2][NTW][4]) {
+    if (pend.kb < 0) return;  // uniform across the block
+    wg_wait<0>();
+    gemm_fold_kblock<FMT, CBT, P, NTW, L>(a, pend.kb, lane0, nt0, pend.rk, c, acc);
+    pend.kb = -1;
+}
+
+// acc += the warp's 32 rows (two m16 tiles, each one quarter of a warpgroup m64 tile) x the
+// block's 64 B columns over stage st, whose tiles are at xs in shared memory. Row-scaled
+// formats accumulate straight into acc. Scaled ones multiply each k-block into c (its first
+// MMA writes over c) and fold c with the k-block's scales into acc when the next k-block's
+// first quad is decoded (or at the end, `wg_fold_pending`): the tensor cores cannot scale
+// their accumulator, so a k-block's MMAs are waited for once, after the decode that
+// overlaps them.
+template <int FMT, int CBT, int P, int NTW, int L>
+TS_DEV void gemm_compute_wg(const GArgs& a, i64 st, int lane0, int nt0,
+                            const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
+                            const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], const u8* xs,
+                            float (&acc)[L][2][NTW][4], float (&c)[L][2][NTW][4], WgPending<FMT, L>& pend) {
     typedef MmaFmt<FMT> F;
     typedef GemmShape<FMT, CBT> G;
-    static_assert(F::ROW_SCALE, "the warpgroup GEMM accumulates straight into acc: row-scaled formats only");
+    enum { SCALED = !F::ROW_SCALE };
     static_assert(NTW == 8, "one m64n64k16 a k16 slice");
     static_assert(G::WPQ * F::MPW == 2, "two k16 slices a quad");
+    float(&dst)[L][2][NTW][4] = SCALED ? c : acc;
     const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
 #pragma unroll
     for (int u = 0; u < G::U; ++u) {
@@ -2039,21 +2093,28 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st,
             wg_wait<1>();
             u32 p[L][2][2][G::WPQ][F::PW];
             gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+            if constexpr (SCALED)
+                if (q == 0) wg_fold_pending<FMT, CBT, P, NTW, L>(a, lane0, nt0, pend, c, acc);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < G::WPQ; ++k)
 #pragma unroll
                 for (int jj = 0; jj < F::MPW; ++jj) {
                     const u8* b = xs + ((u * G::NQ + q) * 2 + k * F::MPW + jj) * WG_SLICE;
+                    const bool add = !SCALED || q > 0 || k > 0 || jj > 0;
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt) {
                         u32 fa[L][4];
 #pragma unroll
                         for (int l = 0; l < L; ++l) gemm_frag_a<FMT, CBT, L>(p, l, mt, k, jj, fa[l]);
-                        wg_mma_n64<L>(acc, mt, fa, b, G::TILE);
+                        wg_mma_n64<L>(dst, mt, fa, b, G::TILE, add);
                     }
                 }
             wg_commit();
+        }
+        if constexpr (SCALED) {
+            gemm_kblock_scales<FMT, CBT, L>(r, u, pend.rk);
+            pend.kb = kb;
         }
     }
 }
@@ -2204,6 +2265,18 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
         for (int j = 0; j < NTW; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[0][mt][j][e] = 0.0f;
+#ifdef TS_WGMMA
+    // Scaled formats: a k-block's products, and the k-block they wait to be folded for.
+    float c[1][2][NTW][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < NTW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[0][mt][j][e] = 0.0f;
+    WgPending<TS_FMT, 1> pend;
+    pend.kb = -1;
+#endif
     // A ring of WD weight stages: while stage st is multiplied, st + 1 .. st + WD - 1 are
     // in flight; its registers are refilled WD stages ahead right after.
     u32 wv[WD][1][2][2][G::U][G::NW];
@@ -2229,7 +2302,8 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
 #ifdef TS_WGMMA
             // Every warp of a warpgroup takes part (rows past O are zeros); only the store
             // is guarded.
-            gemm_compute_wg<TS_FMT, TS_MMA, NTW, 1>(a, st, wv[d], smem + (st % ST) * SB, acc);
+            gemm_compute_wg<TS_FMT, TS_MMA, P, NTW, 1>(a, st, lane, nt0, wv[d], sv[d], smem + (st % ST) * SB, acc, c,
+                                                       pend);
 #else
             if (active)
                 gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB, nt0,
@@ -2240,6 +2314,7 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     }
 #ifdef TS_WGMMA
     wg_wait<0>();
+    if constexpr (!F::ROW_SCALE) wg_fold_pending<TS_FMT, TS_MMA, P, NTW, 1>(a, lane, nt0, pend, c, acc);
 #endif
     if (nz == 1) {
         if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);

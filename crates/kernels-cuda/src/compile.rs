@@ -121,13 +121,15 @@ pub struct Tuning {
     /// [6144 x 16384] 5-10% faster for int4-g64, int8-row, fp8 and mq4-g256-v2, int4-row
     /// and the shapes it leaves unsplit unchanged (docs/CUDA.md).
     pub gemm_split_k: Option<u32>,
-    /// The GEMM of the row-scaled formats (int4-row, int8-row) on the warpgroup MMA
-    /// (`-DTS_WGMMA`, `wgmma.mma_async` m64n64k16, compiled for `sm_90a`) instead of
-    /// `mma.sync`, where [`wgmma_gemm`] admits it: an sm_90 device, 8 n8 tiles a block,
-    /// blocks of whole warpgroups and at least 3 activation stages. On by default since
-    /// session 24, its first run on a GPU (an H100, 2026-12-07, docs/CUDA.md): both formats
-    /// matched the oracle, and F16 at S = 512 ran 1.09-1.36x as fast as `mma.sync` on five
-    /// shapes (int4-row [6144 x 16384] 341.9 -> 261.3 us). `TESSERA_CUDA_WGMMA=0` turns it off.
+    /// The tensor-core GEMM on the warpgroup MMA (`-DTS_WGMMA`, `wgmma.mma_async`
+    /// m64n64k16, compiled for `sm_90a`) instead of `mma.sync`, where [`wgmma_gemm`] admits
+    /// it: an sm_90 device, 8 n8 tiles a block, blocks of whole warpgroups and at least 3
+    /// activation stages. On by default since session 24, its first run on a GPU (an H100,
+    /// 2026-12-07, docs/CUDA.md): int4-row and int8-row matched the oracle, and F16 at
+    /// S = 512 ran 1.09-1.36x as fast as `mma.sync` on five shapes (int4-row
+    /// [6144 x 16384] 341.9 -> 261.3 us). Since session 25 the scaled formats take it too,
+    /// each k-block multiplied into a second accumulator and folded with its scales.
+    /// `TESSERA_CUDA_WGMMA=0` turns it off.
     pub gemm_wgmma: bool,
     /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
     /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
@@ -481,7 +483,17 @@ pub fn wgmma_gemm(tuning: &Tuning, arch: &str, fmt: u32, parts: u32) -> bool {
     use crate::caps::fmt_id;
     tuning.gemm_wgmma
         && arch == "sm_90"
-        && matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
+        && matches!(
+            fmt,
+            fmt_id::INT4_ROW
+                | fmt_id::INT8_ROW
+                | fmt_id::INT4_G
+                | fmt_id::FP8_F32
+                | fmt_id::FP8_UE8M0
+                | fmt_id::HFQ4
+                | fmt_id::MQ4_V2
+                | fmt_id::MQ4C
+        )
         && tuning.gemm_nt(parts) == 8
         && tuning.wgmma_block_fits()
 }
@@ -674,6 +686,10 @@ mod tests {
             }
         }
         for fmt in [fmt_id::INT4_G, fmt_id::FP8_F32, fmt_id::MQ4_V2] {
+            assert!(wgmma_gemm(&on, "sm_90", fmt, 1));
+            assert!(!wgmma_gemm(&on, "sm_89", fmt, 1));
+        }
+        for fmt in [fmt_id::F32, fmt_id::MXFP4] {
             assert!(!wgmma_gemm(&on, "sm_90", fmt, 1));
         }
         let four = Tuning {

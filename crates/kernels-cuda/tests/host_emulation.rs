@@ -541,9 +541,10 @@ fn gemm_matches_the_oracle() {
     );
 }
 
-/// The warpgroup-MMA GEMM (`-DTS_WGMMA`: int4-row and int8-row on activations laid out as
-/// core matrices), each warp's m64n64k16 share emulated alone, against the oracle; and the
-/// same build fed the fragment-order layout fails, so the test sees the layout.
+/// The warpgroup-MMA GEMM (`-DTS_WGMMA`: every GEMM format on activations laid out as core
+/// matrices; the scaled ones fold each k-block's products from a second accumulator), each
+/// warp's m64n64k16 share emulated alone, against the oracle; and the same build fed the
+/// fragment-order layout fails, so the test sees the layout.
 #[test]
 fn wgmma_gemm_matches_the_oracle() {
     let Some(emu) = Emulator::get("wgmma", &["TS_WGMMA"]) else {
@@ -553,7 +554,7 @@ fn wgmma_gemm_matches_the_oracle() {
     println!("seed {seed} (replay with TESSERA_SEED={seed})");
     let mut failures = Vec::new();
     let mut runs = 0;
-    for format in [Format::Int4Row, Format::Int8Row] {
+    for format in gemm_formats_under_test() {
         let mut rng = format_rng(seed ^ 0x3767, format);
         let mut worst = [0f64; 2];
         for (rows, cols) in gemm_shapes(format) {
@@ -586,7 +587,7 @@ fn wgmma_gemm_matches_the_oracle() {
             }
         }
         println!(
-            "{format:<10} warpgroup GEMM worst error {:.2e} (split), {:.2e} (f16)",
+            "{format:<22} warpgroup GEMM worst error {:.2e} (split), {:.2e} (f16)",
             worst[0], worst[1]
         );
     }

@@ -166,16 +166,22 @@ fn every_build_compiles_for_sm90() {
         }
         n += 1;
     }
-    // The row formats' GEMM both ways at both precisions: the warpgroup MMA (sm_90a, the
+    // The issue formats' GEMM both ways at both precisions: the warpgroup MMA (sm_90a, the
     // default on sm_90, so the loop above built it too) and `mma.sync` (other devices, and
-    // `TESSERA_CUDA_WGMMA=0`).
-    for fmt in [fmt_id::INT4_ROW, fmt_id::INT8_ROW] {
+    // `TESSERA_CUDA_WGMMA=0`); row-scaled and scaled (a second accumulator) alike.
+    for (fmt, group, chunk_bytes) in [
+        (fmt_id::INT4_ROW, 0, 16),
+        (fmt_id::INT8_ROW, 0, 16),
+        (fmt_id::INT4_G, 64, 8),
+        (fmt_id::FP8_F32, 0, 16),
+        (fmt_id::MQ4_V2, 0, 16),
+    ] {
         for parts in [1, 2] {
             for wgmma in [true, false] {
                 let mut key = key(
-                    KernelId { fmt, group: 0 },
+                    KernelId { fmt, group },
                     Build::Gemm {
-                        mma: kernels_cuda::caps::MmaKernel { chunk_bytes: 16 },
+                        mma: kernels_cuda::caps::MmaKernel { chunk_bytes },
                         parts,
                     },
                     0,

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 template <int FMT, int GS, int S>
 static void run(const Args& a, float* y) {
@@ -269,9 +270,17 @@ static void run_gemm(const GArgs& a, float* y) {
     u8* smem = (u8*)std::aligned_alloc(256, (size_t)(NTW * G::TILE));
     typedef float Acc[32][2][NTW][4];
     Acc* acc = (Acc*)std::malloc(sizeof(Acc) * TS_GEMM_WARPS);
+#ifdef TS_WGMMA
+    // The warpgroup build's per-warp k-block products and the k-block pending their fold.
+    Acc* c = (Acc*)std::malloc(sizeof(Acc) * TS_GEMM_WARPS);
+    std::vector<WgPending<FMT, 32>> pend(TS_GEMM_WARPS);
+#endif
     for (int rb0 = 0; rb0 < a.m.O; rb0 += 32 * TS_GEMM_WARPS)
         for (int nt0 = 0; nt0 < a.nbt; nt0 += NTW) {
             std::memset(acc, 0, sizeof(Acc) * TS_GEMM_WARPS);
+#ifdef TS_WGMMA
+            for (auto& pw : pend) pw.kb = -1;
+#endif
             for (i64 st = 0; st < nst; ++st) {
                 gemm_stage_x<FMT, CBT, NTW>(a, st, nt0, smem, 0, 1);
                 for (int warp = 0; warp < TS_GEMM_WARPS; ++warp) {
@@ -281,9 +290,10 @@ static void run_gemm(const GArgs& a, float* y) {
                     u32 sv[32][2][2][G::U][MmaFmt<FMT>::NR];
                     gemm_load_w<FMT, GS, CBT, 32>(a, r0w, st, 0, wv, sv);
 #ifdef TS_WGMMA
-                    // The warpgroup build runs the row-scaled formats on the canonical layout.
-                    if constexpr (MmaFmt<FMT>::ROW_SCALE && NTW == 8) {
-                        gemm_compute_wg<FMT, CBT, NTW, 32>(a, st, wv, smem, acc[warp]);
+                    // The warpgroup build runs every format on the canonical layout.
+                    if constexpr (NTW == 8) {
+                        gemm_compute_wg<FMT, CBT, P, NTW, 32>(a, st, 0, nt0, wv, sv, smem, acc[warp], c[warp],
+                                                              pend[warp]);
                         continue;
                     }
 #endif
@@ -292,10 +302,16 @@ static void run_gemm(const GArgs& a, float* y) {
             }
             for (int warp = 0; warp < TS_GEMM_WARPS; ++warp) {
                 const int r0w = rb0 + 32 * warp;
+#ifdef TS_WGMMA
+                if constexpr (NTW == 8) wg_fold_pending<FMT, CBT, P, NTW, 32>(a, 0, nt0, pend[warp], c[warp], acc[warp]);
+#endif
                 if (r0w < a.m.O) gemm_store<FMT, P, NTW, 32>(a, r0w, nt0, 0, acc[warp], y);
             }
         }
     std::free(acc);
+#ifdef TS_WGMMA
+    std::free(c);
+#endif
     std::free(smem);
 }
 
