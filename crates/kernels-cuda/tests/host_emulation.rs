@@ -670,6 +670,13 @@ fn each_mutation_breaks_every_format_it_touches() {
         let Some(emu) = Emulator::get(&define.to_lowercase(), &[define]) else {
             return;
         };
+        // The warpgroup-MMA build (the GEMM's default on sm_90) under the same defect.
+        let Some(emu_wg) = Emulator::get(
+            &format!("{}_wgmma", define.to_lowercase()),
+            &[define, "TS_WGMMA"],
+        ) else {
+            return;
+        };
         for format in formats_under_test()
             .into_iter()
             .filter(|&f| mutation_applies(define, f))
@@ -703,6 +710,21 @@ fn each_mutation_breaks_every_format_it_touches() {
                 assert!(
                     w.error > precision.tolerance(),
                     "{define} went unnoticed on {format} (GEMM {precision:?}, error {:.2e})",
+                    w.error
+                );
+            }
+            for precision in [GemmPrecision::Split, GemmPrecision::F16] {
+                let Some(y) = emu_wg.gemm(&t, &x, s, precision, 8, true) else {
+                    continue;
+                };
+                let w = worst_error(&y, &reference);
+                println!(
+                    "{define} {format:<22} warpgroup gemm {precision:?} error {:.2e}",
+                    w.error
+                );
+                assert!(
+                    w.error > precision.tolerance(),
+                    "{define} went unnoticed on {format} (warpgroup GEMM {precision:?}, error {:.2e})",
                     w.error
                 );
             }
