@@ -38,13 +38,13 @@ const FORMATS: [Format; 5] = [
 const ROTATE_BYTES: usize = 256 << 20;
 
 /// "default", or s<nt split>f<nt f16>st<stages>[b<min blocks>][d<weight depth>][c<carveout %>]
-/// [z<k splits>][w<warps>][g<1: the warpgroup MMA>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z0" (split by the rule).
+/// [z<k splits>][w<warps>][g<0: mma.sync, 1: warpgroup MMA for the row formats, 2: for all>], e.g. "s8f4st4" or "s8f8st4b2c100" or "s8f8st4z0" (split by the rule).
 fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "default" {
         return Ok(Tuning::default());
     }
     let bad =
-        || format!("tuning {name}: expected s<n>f<n>st<n>[b<n>][d<n>][c<n>][z<n>][w<n>][g<0|1>]");
+        || format!("tuning {name}: expected s<n>f<n>st<n>[b<n>][d<n>][c<n>][z<n>][w<n>][g<0|1|2>]");
     let rest = name.strip_prefix('s').ok_or_else(bad)?;
     let (a, rest) = rest.split_once('f').ok_or_else(bad)?;
     let (b, rest) = rest.split_once("st").ok_or_else(bad)?;
@@ -65,7 +65,12 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             // z0: layout::gemm_splits' rule.
             'z' => t.gemm_split_k = Some(num(v)?).filter(|&z| z != 0),
             'w' => t.gemm_warps = num(v)?,
-            'g' => t.gemm_wgmma = num(v)? == 1,
+            'g' => {
+                // 0: mma.sync; 1: the warpgroup MMA for the row formats only; 2: for all.
+                let g = num(v)?;
+                t.gemm_wgmma = g >= 1;
+                t.gemm_wgmma_scaled = g == 2;
+            }
             _ => return Err(bad()),
         }
     }

@@ -128,9 +128,12 @@ pub struct Tuning {
     /// 2026-12-07, docs/CUDA.md): int4-row and int8-row matched the oracle, and F16 at
     /// S = 512 ran 1.09-1.36x as fast as `mma.sync` on five shapes (int4-row
     /// [6144 x 16384] 341.9 -> 261.3 us). Since session 25 the scaled formats take it too,
-    /// each k-block multiplied into a second accumulator and folded with its scales.
-    /// `TESSERA_CUDA_WGMMA=0` turns it off.
+    /// each k-block multiplied into a second accumulator and folded with its scales, where
+    /// [`Tuning::gemm_wgmma_scaled`] says. `TESSERA_CUDA_WGMMA=0` turns it off.
     pub gemm_wgmma: bool,
+    /// With [`Tuning::gemm_wgmma`], the scaled formats (int4-g{gs}, fp8, the affine ones) on
+    /// the warpgroup MMA too (`TESSERA_CUDA_WGMMA_SCALED=1` / `0`).
+    pub gemm_wgmma_scaled: bool,
     /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
     /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
     /// percent); `None` leaves the driver's choice.
@@ -204,6 +207,7 @@ impl Default for Tuning {
             gemm_warps: crate::layout::GEMM_WARPS,
             gemm_split_k: None,
             gemm_wgmma: true,
+            gemm_wgmma_scaled: true,
             shared_carveout: None,
             tiles_from_s: None,
             mma_persistent: None,
@@ -483,17 +487,17 @@ pub fn wgmma_gemm(tuning: &Tuning, arch: &str, fmt: u32, parts: u32) -> bool {
     use crate::caps::fmt_id;
     tuning.gemm_wgmma
         && arch == "sm_90"
-        && matches!(
-            fmt,
-            fmt_id::INT4_ROW
-                | fmt_id::INT8_ROW
-                | fmt_id::INT4_G
-                | fmt_id::FP8_F32
-                | fmt_id::FP8_UE8M0
-                | fmt_id::HFQ4
-                | fmt_id::MQ4_V2
-                | fmt_id::MQ4C
-        )
+        && (matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
+            || (tuning.gemm_wgmma_scaled
+                && matches!(
+                    fmt,
+                    fmt_id::INT4_G
+                        | fmt_id::FP8_F32
+                        | fmt_id::FP8_UE8M0
+                        | fmt_id::HFQ4
+                        | fmt_id::MQ4_V2
+                        | fmt_id::MQ4C
+                )))
         && tuning.gemm_nt(parts) == 8
         && tuning.wgmma_block_fits()
 }
@@ -685,9 +689,26 @@ mod tests {
                 assert!(!wgmma_gemm(&on, arch, fmt, 1), "{arch}");
             }
         }
+        let rows_only = Tuning {
+            gemm_wgmma_scaled: false,
+            ..Tuning::default()
+        };
         for fmt in [fmt_id::INT4_G, fmt_id::FP8_F32, fmt_id::MQ4_V2] {
-            assert!(wgmma_gemm(&on, "sm_90", fmt, 1));
+            assert_eq!(
+                wgmma_gemm(&on, "sm_90", fmt, 1),
+                Tuning::default().gemm_wgmma_scaled
+            );
             assert!(!wgmma_gemm(&on, "sm_89", fmt, 1));
+            assert!(!wgmma_gemm(&rows_only, "sm_90", fmt, 1));
+            let scaled = Tuning {
+                gemm_wgmma_scaled: true,
+                ..Tuning::default()
+            };
+            assert!(wgmma_gemm(&scaled, "sm_90", fmt, 1));
+            assert!(!wgmma_gemm(&off, "sm_90", fmt, 1));
+        }
+        for fmt in [fmt_id::INT4_ROW, fmt_id::INT8_ROW] {
+            assert!(wgmma_gemm(&rows_only, "sm_90", fmt, 1));
         }
         for fmt in [fmt_id::F32, fmt_id::MXFP4] {
             assert!(!wgmma_gemm(&on, "sm_90", fmt, 1));

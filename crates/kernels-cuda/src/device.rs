@@ -349,7 +349,8 @@ impl CudaBackend {
     /// `auto` in the environment sets [`Tuning::mma_persistent`] to `Some(true)`,
     /// `Some(false)` or `None` (the rule; engines measuring both paths in one run, the
     /// results are the same). Any other value leaves the default. `TESSERA_CUDA_WGMMA=1`
-    /// (or `0`) sets [`Tuning::gemm_wgmma`].
+    /// (or `0`) sets [`Tuning::gemm_wgmma`], `TESSERA_CUDA_WGMMA_SCALED=1` (or `0`)
+    /// [`Tuning::gemm_wgmma_scaled`].
     pub fn new() -> Result<CudaBackend, CudaError> {
         let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
             Ok("on") => Some(true),
@@ -362,11 +363,17 @@ impl CudaBackend {
             Ok("0") => false,
             _ => Tuning::default().gemm_wgmma,
         };
+        let gemm_wgmma_scaled = match std::env::var("TESSERA_CUDA_WGMMA_SCALED").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => Tuning::default().gemm_wgmma_scaled,
+        };
         Self::open(
             None,
             Tuning {
                 mma_persistent,
                 gemm_wgmma,
+                gemm_wgmma_scaled,
                 ..Tuning::default()
             },
         )

@@ -188,6 +188,7 @@ fn every_build_compiles_for_sm90() {
                     None,
                 );
                 key.tuning.gemm_wgmma = wgmma;
+                key.tuning.gemm_wgmma_scaled = true;
                 let options = key.options();
                 assert_eq!(
                     options.contains(&"-DTS_WGMMA".to_string()),
