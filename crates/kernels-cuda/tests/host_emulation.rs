@@ -698,33 +698,26 @@ fn each_mutation_breaks_every_format_it_touches() {
             let s = 20;
             let x = inputs(s, cols, &mut rng);
             let reference = reference_gemm(&t.view(), &x, s);
-            for (precision, nt) in gemm_configs() {
-                let Some(y) = emu.gemm(&t, &x, s, precision, nt, false) else {
+            // The mma.sync build in the library's tilings, then the warpgroup build.
+            let runs = gemm_configs()
+                .into_iter()
+                .map(|(precision, nt)| (emu, precision, nt, false, "gemm"))
+                .chain(
+                    [GemmPrecision::Split, GemmPrecision::F16]
+                        .map(|precision| (emu_wg, precision, 8, true, "warpgroup gemm")),
+                );
+            for (e, precision, nt, canonical, path) in runs {
+                let Some(y) = e.gemm(&t, &x, s, precision, nt, canonical) else {
                     continue;
                 };
                 let w = worst_error(&y, &reference);
                 println!(
-                    "{define} {format:<22} gemm {precision:?}/{nt} error {:.2e}",
+                    "{define} {format:<22} {path} {precision:?}/{nt} error {:.2e}",
                     w.error
                 );
                 assert!(
                     w.error > precision.tolerance(),
-                    "{define} went unnoticed on {format} (GEMM {precision:?}, error {:.2e})",
-                    w.error
-                );
-            }
-            for precision in [GemmPrecision::Split, GemmPrecision::F16] {
-                let Some(y) = emu_wg.gemm(&t, &x, s, precision, 8, true) else {
-                    continue;
-                };
-                let w = worst_error(&y, &reference);
-                println!(
-                    "{define} {format:<22} warpgroup gemm {precision:?} error {:.2e}",
-                    w.error
-                );
-                assert!(
-                    w.error > precision.tolerance(),
-                    "{define} went unnoticed on {format} (warpgroup GEMM {precision:?}, error {:.2e})",
+                    "{define} went unnoticed on {format} ({path} {precision:?}/{nt}, error {:.2e})",
                     w.error
                 );
             }
