@@ -127,12 +127,14 @@ pub struct Tuning {
     /// activation stages. On by default since session 24, its first run on a GPU (an H100,
     /// 2026-12-07, docs/CUDA.md): int4-row and int8-row matched the oracle, and F16 at
     /// S = 512 ran 1.09-1.36x as fast as `mma.sync` on five shapes (int4-row
-    /// [6144 x 16384] 341.9 -> 261.3 us). Since session 25 the scaled formats take it too,
-    /// each k-block multiplied into a second accumulator and folded with its scales, where
-    /// [`Tuning::gemm_wgmma_scaled`] says. `TESSERA_CUDA_WGMMA=0` turns it off.
+    /// [6144 x 16384] 341.9 -> 261.3 us). Since session 25 the scaled formats can take it
+    /// too, each k-block multiplied into a second accumulator and folded with its scales,
+    /// where [`Tuning::gemm_wgmma_scaled`] says. `TESSERA_CUDA_WGMMA=0` turns it off.
     pub gemm_wgmma: bool,
     /// With [`Tuning::gemm_wgmma`], the scaled formats (int4-g{gs}, fp8, the affine ones) on
-    /// the warpgroup MMA too (`TESSERA_CUDA_WGMMA_SCALED=1` / `0`).
+    /// the warpgroup MMA too (`TESSERA_CUDA_WGMMA_SCALED=1` / `0`). Off by default: written
+    /// and checked in the host emulation in session 25, not yet run on a GPU (no device
+    /// machine came that session), so those formats keep the `mma.sync` GEMM that has.
     pub gemm_wgmma_scaled: bool,
     /// The share of each SM's unified L1 / shared memory that the GEMM and the tile GEMV
     /// ask to be shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`,
@@ -207,7 +209,7 @@ impl Default for Tuning {
             gemm_warps: crate::layout::GEMM_WARPS,
             gemm_split_k: None,
             gemm_wgmma: true,
-            gemm_wgmma_scaled: true,
+            gemm_wgmma_scaled: false,
             shared_carveout: None,
             tiles_from_s: None,
             mma_persistent: None,
