@@ -14,7 +14,7 @@
 //! the card `mma.sync` can reach at all, measured here rather than quoted.
 //!
 //! Usage: `tensor_probe` (no arguments). Without a CUDA device it says so and exits 0.
-//! `tensor_probe --ptxas` only compiles the int4-row / int8-row GEMM builds, `mma.sync` and
+//! `tensor_probe --ptxas` only compiles the issue formats' GEMM builds, `mma.sync` and
 //! warpgroup, to SASS with NVRTC and prints ptxas's report (registers, spills, warnings);
 //! it needs libnvrtc, not a device.
 
@@ -168,8 +168,8 @@ extern "C" __global__ void mma_peak(float* out, int iters) {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// ptxas's report (`--ptxas-options=-v`: registers, spills, warnings) on the row-scaled
-/// formats' GEMM builds, with and without the warpgroup MMA, compiled by NVRTC to SASS.
+/// ptxas's report (`--ptxas-options=-v`: registers, spills, warnings) on the issue formats'
+/// GEMM builds, with and without the warpgroup MMA, compiled by NVRTC to SASS.
 fn ptxas_report() -> Res<()> {
     use cudarc::nvrtc::{result, sys as nv};
     use kernels_cuda::caps::{KernelId, MmaKernel, fmt_id};
@@ -195,16 +195,19 @@ fn ptxas_report() -> Res<()> {
         String::from_utf8_lossy(&log)
     );
     let src = std::ffi::CString::new(GEMV_NVRTC_SOURCE)?;
-    for (name, fmt) in [
-        ("int4-row", fmt_id::INT4_ROW),
-        ("int8-row", fmt_id::INT8_ROW),
+    for (name, fmt, group, chunk_bytes) in [
+        ("int4-row", fmt_id::INT4_ROW, 0, 16),
+        ("int8-row", fmt_id::INT8_ROW, 0, 16),
+        ("int4-g64", fmt_id::INT4_G, 64, 8),
+        ("fp8-e4m3-b128", fmt_id::FP8_F32, 0, 16),
+        ("mq4-g256-v2", fmt_id::MQ4_V2, 0, 16),
     ] {
         for parts in [1u32, 2] {
             for wgmma in [false, true] {
                 let key = ModuleKey {
-                    kernel: KernelId { fmt, group: 0 },
+                    kernel: KernelId { fmt, group },
                     build: Build::Gemm {
-                        mma: MmaKernel { chunk_bytes: 16 },
+                        mma: MmaKernel { chunk_bytes },
                         parts,
                     },
                     s: 0,
