@@ -2259,24 +2259,23 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
         cp_commit();
     }
     float acc[1][2][NTW][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int j = 0; j < NTW; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[0][mt][j][e] = 0.0f;
 #ifdef TS_WGMMA
     // Scaled formats: a k-block's products, and the k-block they wait to be folded for.
     float c[1][2][NTW][4];
+    WgPending<TS_FMT, 1> pend;
+    pend.kb = -1;
+#endif
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int j = 0; j < NTW; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) c[0][mt][j][e] = 0.0f;
-    WgPending<TS_FMT, 1> pend;
-    pend.kb = -1;
+            for (int e = 0; e < 4; ++e) {
+                acc[0][mt][j][e] = 0.0f;
+#ifdef TS_WGMMA
+                c[0][mt][j][e] = 0.0f;
 #endif
+            }
     // A ring of WD weight stages: while stage st is multiplied, st + 1 .. st + WD - 1 are
     // in flight; its registers are refilled WD stages ahead right after.
     u32 wv[WD][1][2][2][G::U][G::NW];
