@@ -77,7 +77,7 @@ fn load1_i8(rr: vec4<u32>, c: u32, rb: u32, ng: u32) -> Ld1 {
         scaled(scale_f32(rr.z * ng + g)),
         scaled(scale_f32(rr.w * ng + g)),
     );
-    return Ld1(rows4(rr, c, rb), sg, xq(c));
+    return Ld1(rows4_per_row(rr, c, rb), sg, xq(c));
 }
 
 fn step1_i8(l: Ld1, c: u32) -> vec4<f32> {
@@ -123,7 +123,7 @@ fn partial1(row0: u32, lid: u32) -> vec4<f32> {
     var p2 = vec4<f32>(0.0);
     var p3 = vec4<f32>(0.0);
     for (var c = lid; c < nch; c += WG) {
-        let v = rows4(rr, c, rb);
+        let v = rows4_per_row(rr, c, rb);
         let g = group(min((32u * c) / GS, ng - 1u), ng);
         let x = x8(c);
         p0 += scaled(scale_f32(rr.x * ng + g)) * q4row(v.v0, x);
@@ -151,7 +151,7 @@ fn partialb(row0: u32, lid: u32) -> AccB {
     let rr = rows_b(row0);
     var a: AccB;
     for (var c = lid; c < nch; c += WG) {
-        let v = rows4(rr, c, rb);
+        let v = rows4_per_row(rr, c, rb);
         let g = group(min((32u * c) / GS, ng - 1u), ng);
         let sg = vec4<f32>(
             scaled(scale_f32(rr.x * ng + g)),

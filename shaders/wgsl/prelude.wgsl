@@ -263,8 +263,32 @@ struct Rows4 {
     v3: vec4<u32>,
 }
 
-// Chunk c of rows r0..r3 (rows past ROWS read as zero without a load).
+// Chunk c of rows r0..r3 (rows past ROWS read as zero without a load), with the rows'
+// 16-byte alignment tested once for the 4 loads. Tested per row (`rows4_per_row`), the
+// NVIDIA driver kept 16 bytes of int4-row's S = 1 kernel in local memory, and the kernel
+// ran 4% slower (docs/VULKAN.md "Session 26").
 fn rows4(r: vec4<u32>, c: u32, rb: u32) -> Rows4 {
+    if ((rb & 15u) != 0u) {
+        return rows4_per_row(r, c, rb);
+    }
+    let n = rb >> 4u;
+    var q: Rows4;
+    q.v0 = wq[r.x * n + c];
+    if (ROWS > 1u) {
+        q.v1 = wq[r.y * n + c];
+    }
+    if (ROWS > 2u) {
+        q.v2 = wq[r.z * n + c];
+    }
+    if (ROWS > 3u) {
+        q.v3 = wq[r.w * n + c];
+    }
+    return q;
+}
+
+// rows4 with the alignment tested row by row (`rowc`). gemv_int_group keeps it: there the
+// driver allocated fewer registers for `rows4` and int4-g64 ran 2.5% slower (same section).
+fn rows4_per_row(r: vec4<u32>, c: u32, rb: u32) -> Rows4 {
     var q: Rows4;
     q.v0 = rowc(r.x, c, rb);
     if (ROWS > 1u) {

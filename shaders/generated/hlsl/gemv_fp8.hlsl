@@ -297,7 +297,7 @@ uint4 rowc(uint row, uint c, uint rb)
     return _e19;
 }
 
-Rows4_ rows4_(uint4 r_2, uint c_1, uint rb_1)
+Rows4_ rows4_per_row(uint4 r_2, uint c_1, uint rb_1)
 {
     Rows4_ q_1 = (Rows4_)0;
 
@@ -320,105 +320,134 @@ Rows4_ rows4_(uint4 r_2, uint c_1, uint rb_1)
     return rows4_1;
 }
 
-float4 qdot(Q4_ q_2, float4 x)
+Rows4_ rows4_(uint4 r_3, uint c_2, uint rb_2)
 {
-    return float4(dot(q_2.r0_, x), dot(q_2.r1_, x), dot(q_2.r2_, x), dot(q_2.r3_, x));
+    Rows4_ q_2 = (Rows4_)0;
+
+    if (((rb_2 & 15u) != 0u)) {
+        const Rows4_ _e7 = rows4_per_row(r_3, c_2, rb_2);
+        const Rows4_ rows4_2 = _e7;
+        return rows4_2;
+    }
+    uint n_2 = (rb_2 >> 4u);
+    uint4 _e17 = asuint(wq.Load4(((r_3.x * n_2) + c_2)*16));
+    q_2.v0_ = _e17;
+    if (true) {
+        uint4 _e28 = asuint(wq.Load4(((r_3.y * n_2) + c_2)*16));
+        q_2.v1_ = _e28;
+    }
+    if (true) {
+        uint4 _e39 = asuint(wq.Load4(((r_3.z * n_2) + c_2)*16));
+        q_2.v2_ = _e39;
+    }
+    if (true) {
+        uint4 _e50 = asuint(wq.Load4(((r_3.w * n_2) + c_2)*16));
+        q_2.v3_ = _e50;
+    }
+    Rows4_ _e51 = q_2;
+    const Rows4_ rows4_3 = _e51;
+    return rows4_3;
 }
 
-void accb(inout AccB a, Q4_ q_3, uint i_2)
+float4 qdot(Q4_ q_3, float4 x)
+{
+    return float4(dot(q_3.r0_, x), dot(q_3.r1_, x), dot(q_3.r2_, x), dot(q_3.r3_, x));
+}
+
+void accb(inout AccB a, Q4_ q_4, uint i_2)
 {
     float4 _e4 = a.a0_;
     const float4 _e6 = x4_(0u, i_2);
-    const float4 _e7 = qdot(q_3, _e6);
+    const float4 _e7 = qdot(q_4, _e6);
     a.a0_ = (_e4 + _e7);
     if (false) {
         float4 _e14 = a.a1_;
         const float4 _e16 = x4_(1u, i_2);
-        const float4 _e17 = qdot(q_3, _e16);
+        const float4 _e17 = qdot(q_4, _e16);
         a.a1_ = (_e14 + _e17);
     }
     if (false) {
         float4 _e24 = a.a2_;
         const float4 _e26 = x4_(2u, i_2);
-        const float4 _e27 = qdot(q_3, _e26);
+        const float4 _e27 = qdot(q_4, _e26);
         a.a2_ = (_e24 + _e27);
     }
     if (false) {
         float4 _e34 = a.a3_;
         const float4 _e36 = x4_(3u, i_2);
-        const float4 _e37 = qdot(q_3, _e36);
+        const float4 _e37 = qdot(q_4, _e36);
         a.a3_ = (_e34 + _e37);
     }
     if (false) {
         float4 _e44 = a.a4_;
         const float4 _e46 = x4_(4u, i_2);
-        const float4 _e47 = qdot(q_3, _e46);
+        const float4 _e47 = qdot(q_4, _e46);
         a.a4_ = (_e44 + _e47);
     }
     if (false) {
         float4 _e54 = a.a5_;
         const float4 _e56 = x4_(5u, i_2);
-        const float4 _e57 = qdot(q_3, _e56);
+        const float4 _e57 = qdot(q_4, _e56);
         a.a5_ = (_e54 + _e57);
     }
     if (false) {
         float4 _e64 = a.a6_;
         const float4 _e66 = x4_(6u, i_2);
-        const float4 _e67 = qdot(q_3, _e66);
+        const float4 _e67 = qdot(q_4, _e66);
         a.a6_ = (_e64 + _e67);
     }
     if (false) {
         float4 _e74 = a.a7_;
         const float4 _e76 = x4_(7u, i_2);
-        const float4 _e77 = qdot(q_3, _e76);
+        const float4 _e77 = qdot(q_4, _e76);
         a.a7_ = (_e74 + _e77);
     }
     if (false) {
         float4 _e84 = a.a8_;
         const float4 _e86 = x4_(8u, i_2);
-        const float4 _e87 = qdot(q_3, _e86);
+        const float4 _e87 = qdot(q_4, _e86);
         a.a8_ = (_e84 + _e87);
     }
     if (false) {
         float4 _e94 = a.a9_;
         const float4 _e96 = x4_(9u, i_2);
-        const float4 _e97 = qdot(q_3, _e96);
+        const float4 _e97 = qdot(q_4, _e96);
         a.a9_ = (_e94 + _e97);
     }
     if (false) {
         float4 _e104 = a.a10_;
         const float4 _e106 = x4_(10u, i_2);
-        const float4 _e107 = qdot(q_3, _e106);
+        const float4 _e107 = qdot(q_4, _e106);
         a.a10_ = (_e104 + _e107);
     }
     if (false) {
         float4 _e114 = a.a11_;
         const float4 _e116 = x4_(11u, i_2);
-        const float4 _e117 = qdot(q_3, _e116);
+        const float4 _e117 = qdot(q_4, _e116);
         a.a11_ = (_e114 + _e117);
     }
     if (false) {
         float4 _e124 = a.a12_;
         const float4 _e126 = x4_(12u, i_2);
-        const float4 _e127 = qdot(q_3, _e126);
+        const float4 _e127 = qdot(q_4, _e126);
         a.a12_ = (_e124 + _e127);
     }
     if (false) {
         float4 _e134 = a.a13_;
         const float4 _e136 = x4_(13u, i_2);
-        const float4 _e137 = qdot(q_3, _e136);
+        const float4 _e137 = qdot(q_4, _e136);
         a.a13_ = (_e134 + _e137);
     }
     if (false) {
         float4 _e144 = a.a14_;
         const float4 _e146 = x4_(14u, i_2);
-        const float4 _e147 = qdot(q_3, _e146);
+        const float4 _e147 = qdot(q_4, _e146);
         a.a14_ = (_e144 + _e147);
     }
     if (false) {
         float4 _e154 = a.a15_;
         const float4 _e156 = x4_(15u, i_2);
-        const float4 _e157 = qdot(q_3, _e156);
+        const float4 _e157 = qdot(q_4, _e156);
         a.a15_ = (_e154 + _e157);
         return;
     } else {
@@ -450,8 +479,8 @@ AccB ConstructAccB(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 ar
 AccB poisonb(AccB a_1, bool4 bad)
 {
     uint _e5 = p.reserved0_;
-    float4 q_4 = (asfloat((2143289344u + (_e5 * 0u)))).xxxx;
-    const AccB accb_1 = ConstructAccB((bad ? q_4 : a_1.a0_), (bad ? q_4 : a_1.a1_), (bad ? q_4 : a_1.a2_), (bad ? q_4 : a_1.a3_), (bad ? q_4 : a_1.a4_), (bad ? q_4 : a_1.a5_), (bad ? q_4 : a_1.a6_), (bad ? q_4 : a_1.a7_), (bad ? q_4 : a_1.a8_), (bad ? q_4 : a_1.a9_), (bad ? q_4 : a_1.a10_), (bad ? q_4 : a_1.a11_), (bad ? q_4 : a_1.a12_), (bad ? q_4 : a_1.a13_), (bad ? q_4 : a_1.a14_), (bad ? q_4 : a_1.a15_));
+    float4 q_5 = (asfloat((2143289344u + (_e5 * 0u)))).xxxx;
+    const AccB accb_1 = ConstructAccB((bad ? q_5 : a_1.a0_), (bad ? q_5 : a_1.a1_), (bad ? q_5 : a_1.a2_), (bad ? q_5 : a_1.a3_), (bad ? q_5 : a_1.a4_), (bad ? q_5 : a_1.a5_), (bad ? q_5 : a_1.a6_), (bad ? q_5 : a_1.a7_), (bad ? q_5 : a_1.a8_), (bad ? q_5 : a_1.a9_), (bad ? q_5 : a_1.a10_), (bad ? q_5 : a_1.a11_), (bad ? q_5 : a_1.a12_), (bad ? q_5 : a_1.a13_), (bad ? q_5 : a_1.a14_), (bad ? q_5 : a_1.a15_));
     return accb_1;
 }
 
@@ -524,20 +553,20 @@ uint naga_mod(uint lhs, uint rhs) {
     return lhs % (rhs == 0u ? 1u : rhs);
 }
 
-bool row_nan(uint r_3)
+bool row_nan(uint r_4)
 {
     uint base = (uint)0;
 
     uint _e3 = p.o;
     uint _e10 = p.sc_row;
-    uint n_2 = (naga_div((_e3 + 127u), 128u) * _e10);
-    base = n_2;
+    uint n_3 = (naga_div((_e3 + 127u), 128u) * _e10);
+    base = n_3;
     if (false) {
-        base = naga_div((n_2 + 3u), 4u);
+        base = naga_div((n_3 + 3u), 4u);
     }
     uint _e22 = base;
-    uint _e27 = asuint(sc.Load((_e22 + naga_div(r_3, 32u))*4));
-    return (((_e27 >> naga_mod(r_3, 32u)) & 1u) != 0u);
+    uint _e27 = asuint(sc.Load((_e22 + naga_div(r_4, 32u))*4));
+    return (((_e27 >> naga_mod(r_4, 32u)) & 1u) != 0u);
 }
 
 bool4 rows_nan(uint4 rr)
@@ -560,76 +589,76 @@ float ZeroValuefloat() {
 
 void partial(uint row0_1, uint lid_1)
 {
-    uint c_2 = (uint)0;
+    uint c_3 = (uint)0;
     uint4 v_2[4] = (uint4[4])0;
-    uint r_4 = (uint)0;
     uint r_5 = (uint)0;
+    uint r_6 = (uint)0;
     uint k_5 = (uint)0;
     float d_2 = (float)0;
-    uint r_6 = 0u;
+    uint r_7 = 0u;
     bool local_4 = (bool)0;
 
-    uint rb_3 = p.row_bytes;
-    uint nch = naga_div((rb_3 + 15u), 16u);
+    uint rb_4 = p.row_bytes;
+    uint nch = naga_div((rb_4 + 15u), 16u);
     uint tpr_1 = p.sc_row;
-    c_2 = lid_1;
+    c_3 = lid_1;
     bool loop_init_3 = true;
     while(true) {
         if (!loop_init_3) {
-            uint _e96 = c_2;
-            c_2 = (_e96 + WG);
+            uint _e96 = c_3;
+            c_3 = (_e96 + WG);
         }
         loop_init_3 = false;
-        uint _e13 = c_2;
+        uint _e13 = c_3;
         if ((_e13 < nch)) {
         } else {
             break;
         }
         {
             v_2 = ZeroValuearray4_uint4_();
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e40 = r_4;
-                    r_4 = (_e40 + 1u);
+                    uint _e40 = r_5;
+                    r_5 = (_e40 + 1u);
                 }
                 loop_init_4 = false;
-                uint _e19 = r_4;
+                uint _e19 = r_5;
                 if ((_e19 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e22 = r_4;
-                    uint base_2 = ((row0_1 + _e22) * rb_3);
-                    uint _e25 = r_4;
+                    uint _e22 = r_5;
+                    uint base_2 = ((row0_1 + _e22) * rb_4);
+                    uint _e25 = r_5;
                     uint _e29 = p.o;
                     if (((row0_1 + _e25) < _e29)) {
-                        uint _e31 = r_4;
-                        uint _e34 = c_2;
-                        const uint4 _e38 = load16_((base_2 + (16u * _e34)), (base_2 + rb_3));
+                        uint _e31 = r_5;
+                        uint _e34 = c_3;
+                        const uint4 _e38 = load16_((base_2 + (16u * _e34)), (base_2 + rb_4));
                         v_2[min(uint(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e43 = c_2;
+            uint _e43 = c_3;
             uint i0_ = (16u * _e43);
-            r_5 = 0u;
+            r_6 = 0u;
             bool loop_init_5 = true;
             while(true) {
                 if (!loop_init_5) {
-                    uint _e94 = r_5;
-                    r_5 = (_e94 + 1u);
+                    uint _e94 = r_6;
+                    r_6 = (_e94 + 1u);
                 }
                 loop_init_5 = false;
-                uint _e47 = r_5;
+                uint _e47 = r_6;
                 if ((_e47 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e50 = r_5;
+                    uint _e50 = r_6;
                     uint row_2 = (row0_1 + _e50);
                     uint _e54 = p.o;
                     if ((row_2 < _e54)) {
@@ -648,7 +677,7 @@ void partial(uint row0_1, uint lid_1)
                             }
                             {
                                 uint _e62 = k_5;
-                                uint _e65 = r_5;
+                                uint _e65 = r_6;
                                 uint _e67 = k_5;
                                 uint _e69 = v_2[min(uint(_e65), 3u)][min(uint(_e67), 3u)];
                                 const float4 _e70 = e4m3v(_e69);
@@ -666,7 +695,7 @@ void partial(uint row0_1, uint lid_1)
                             const float _e89 = scale_f32_(tk);
                             d_2 = _e89;
                         }
-                        uint _e90 = r_5;
+                        uint _e90 = r_6;
                         float _e91 = d_2;
                         const float _e92 = scaled(_e91);
                         fold(_e90, _e92);
@@ -678,20 +707,20 @@ void partial(uint row0_1, uint lid_1)
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e119 = r_6;
-            r_6 = (_e119 + 1u);
+            uint _e119 = r_7;
+            r_7 = (_e119 + 1u);
         }
         loop_init_7 = false;
-        uint _e101 = r_6;
+        uint _e101 = r_7;
         if ((_e101 < ROWS)) {
         } else {
             break;
         }
         {
-            uint _e104 = r_6;
+            uint _e104 = r_7;
             uint _e108 = p.o;
             if (((row0_1 + _e104) < _e108)) {
-                uint _e112 = r_6;
+                uint _e112 = r_7;
                 const bool _e114 = row_nan((row0_1 + _e112));
                 local_4 = _e114;
             } else {
@@ -699,7 +728,7 @@ void partial(uint row0_1, uint lid_1)
             }
             bool _e116 = local_4;
             if (_e116) {
-                uint _e117 = r_6;
+                uint _e117 = r_7;
                 poison(_e117);
             }
         }
@@ -739,11 +768,11 @@ Ld1_ ConstructLd1_(Rows4_ arg0, float arg1, float4 arg2, float4 arg3, float4 arg
     return ret;
 }
 
-Ld1_ load1_h(uint4 rr_1, uint c_3, uint rb_2, uint band, uint tpr)
+Ld1_ load1_h(uint4 rr_1, uint c_4, uint rb_3, uint band, uint tpr)
 {
     float d_3 = (float)0;
 
-    const uint _e9 = group(naga_div((16u * c_3), 128u), tpr);
+    const uint _e9 = group(naga_div((16u * c_4), 128u), tpr);
     uint tk_1 = (band + _e9);
     if (false) {
         const uint _e16 = scale_byte(tk_1);
@@ -753,8 +782,8 @@ Ld1_ load1_h(uint4 rr_1, uint c_3, uint rb_2, uint band, uint tpr)
         const float _e18 = scale_f32_(tk_1);
         d_3 = _e18;
     }
-    uint xi = (4u * c_3);
-    const Rows4_ _e21 = rows4_(rr_1, c_3, rb_2);
+    uint xi = (4u * c_4);
+    const Rows4_ _e21 = rows4_(rr_1, c_4, rb_3);
     float _e22 = d_3;
     const float _e23 = scaled(_e22);
     float4 _e26 = asfloat(xv.Load4(xi*16));
@@ -778,29 +807,29 @@ float4 step1_h(Ld1_ l)
 float4 partial1_h(uint4 rr_2, uint lid_2)
 {
     float4 a_3 = (0.0).xxxx;
-    uint c_4 = (uint)0;
+    uint c_5 = (uint)0;
 
-    uint rb_4 = p.row_bytes;
-    uint nch_1 = naga_div((rb_4 + 15u), 16u);
+    uint rb_5 = p.row_bytes;
+    uint nch_1 = naga_div((rb_5 + 15u), 16u);
     uint tpr_2 = p.sc_row;
     uint band_1 = (naga_div(rr_2.x, 128u) * tpr_2);
-    c_4 = lid_2;
+    c_5 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e27 = c_4;
-            c_4 = (_e27 + WG);
+            uint _e27 = c_5;
+            c_5 = (_e27 + WG);
         }
         loop_init_8 = false;
-        uint _e20 = c_4;
+        uint _e20 = c_5;
         if ((_e20 < nch_1)) {
         } else {
             break;
         }
         {
             float4 _e22 = a_3;
-            uint _e23 = c_4;
-            const Ld1_ _e24 = load1_h(rr_2, _e23, rb_4, band_1, tpr_2);
+            uint _e23 = c_5;
+            const Ld1_ _e24 = load1_h(rr_2, _e23, rb_5, band_1, tpr_2);
             const float4 _e25 = step1_h(_e24);
             a_3 = (_e22 + _e25);
         }
@@ -838,32 +867,32 @@ Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
 AccB partialb(uint row0_3, uint lid_4)
 {
     AccB a_4 = (AccB)0;
-    uint c_5 = (uint)0;
+    uint c_6 = (uint)0;
     float d_4 = (float)0;
     uint k_6 = (uint)0;
 
-    uint rb_5 = p.row_bytes;
-    uint nch_2 = naga_div((rb_5 + 15u), 16u);
+    uint rb_6 = p.row_bytes;
+    uint nch_2 = naga_div((rb_6 + 15u), 16u);
     uint tpr_3 = p.sc_row;
     const uint4 _e12 = rows_b(row0_3);
     uint band_2 = (naga_div(_e12.x, 128u) * tpr_3);
-    c_5 = lid_4;
+    c_6 = lid_4;
     bool loop_init_9 = true;
     while(true) {
         if (!loop_init_9) {
-            uint _e88 = c_5;
-            c_5 = (_e88 + WG);
+            uint _e88 = c_6;
+            c_6 = (_e88 + WG);
         }
         loop_init_9 = false;
-        uint _e19 = c_5;
+        uint _e19 = c_6;
         if ((_e19 < nch_2)) {
         } else {
             break;
         }
         {
-            uint _e21 = c_5;
-            const Rows4_ _e22 = rows4_(_e12, _e21, rb_5);
-            uint _e24 = c_5;
+            uint _e21 = c_6;
+            const Rows4_ _e22 = rows4_(_e12, _e21, rb_6);
+            uint _e24 = c_6;
             const uint _e28 = group(naga_div((16u * _e24), 128u), tpr_3);
             uint tk_2 = (band_2 + _e28);
             d_4 = ZeroValuefloat();
@@ -901,10 +930,10 @@ AccB partialb(uint row0_3, uint lid_4)
                     const float4 _e66 = e4m3_h(w_4.y);
                     const float4 _e70 = e4m3_h(w_4.z);
                     const float4 _e74 = e4m3_h(w_4.w);
-                    Q4_ q_5 = ConstructQ4_((ds * _e62.xzyw), (ds * _e66.xzyw), (ds * _e70.xzyw), (ds * _e74.xzyw));
-                    uint _e79 = c_5;
+                    Q4_ q_6 = ConstructQ4_((ds * _e62.xzyw), (ds * _e66.xzyw), (ds * _e70.xzyw), (ds * _e74.xzyw));
+                    uint _e79 = c_6;
                     uint _e82 = k_6;
-                    accb(a_4, q_5, ((16u * _e79) + (4u * _e82)));
+                    accb(a_4, q_6, ((16u * _e79) + (4u * _e82)));
                 }
             }
         }

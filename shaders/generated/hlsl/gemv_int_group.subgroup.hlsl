@@ -273,7 +273,7 @@ uint4 rowc(uint row, uint c, uint rb)
     return _e19;
 }
 
-Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
+Rows4_ rows4_per_row(uint4 r_1, uint c_1, uint rb_1)
 {
     Rows4_ q_1 = (Rows4_)0;
 
@@ -292,8 +292,8 @@ Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
         q_1.v3_ = _e27;
     }
     Rows4_ _e28 = q_1;
-    const Rows4_ rows4_1 = _e28;
-    return rows4_1;
+    const Rows4_ rows4_ = _e28;
+    return rows4_;
 }
 
 uint nib_order(uint w_2)
@@ -774,7 +774,7 @@ Ld1_ load1_i8_(uint4 rr, uint c_5, uint rb_2, uint ng)
     const float _e30 = scale_f32_(((rr.w * ng) + _e11));
     const float _e31 = scaled(_e30);
     float4 sg = float4(_e16, _e21, _e26, _e31);
-    const Rows4_ _e33 = rows4_(rr, c_5, rb_2);
+    const Rows4_ _e33 = rows4_per_row(rr, c_5, rb_2);
     const XQ _e34 = xq(c_5);
     const Ld1_ ld1_ = ConstructLd1_(_e33, sg, _e34);
     return ld1_;
@@ -868,7 +868,7 @@ float4 partial1_(uint row0_2, uint lid_3)
         }
         {
             uint _e48 = c_8;
-            const Rows4_ _e49 = rows4_(rr_2, _e48, rb_5);
+            const Rows4_ _e49 = rows4_per_row(rr_2, _e48, rb_5);
             uint _e51 = c_8;
             const uint _e58 = group(min(naga_div((32u * _e51), GS), (ng_3 - 1u)), ng_3);
             uint _e59 = c_8;
@@ -941,7 +941,7 @@ AccB partialb(uint row0_3, uint lid_4)
         }
         {
             uint _e17 = c_9;
-            const Rows4_ _e18 = rows4_(_e12, _e17, rb_6);
+            const Rows4_ _e18 = rows4_per_row(_e12, _e17, rb_6);
             uint _e20 = c_9;
             const uint _e27 = group(min(naga_div((32u * _e20), GS), (ng_4 - 1u)), ng_4);
             const float _e31 = scale_f32_(((_e12.x * ng_4) + _e27));

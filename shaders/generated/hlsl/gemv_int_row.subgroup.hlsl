@@ -264,7 +264,7 @@ uint4 rowc(uint row, uint c, uint rb)
     return _e19;
 }
 
-Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
+Rows4_ rows4_per_row(uint4 r_1, uint c_1, uint rb_1)
 {
     Rows4_ q_1 = (Rows4_)0;
 
@@ -285,6 +285,35 @@ Rows4_ rows4_(uint4 r_1, uint c_1, uint rb_1)
     Rows4_ _e28 = q_1;
     const Rows4_ rows4_1 = _e28;
     return rows4_1;
+}
+
+Rows4_ rows4_(uint4 r_2, uint c_2, uint rb_2)
+{
+    Rows4_ q_2 = (Rows4_)0;
+
+    if (((rb_2 & 15u) != 0u)) {
+        const Rows4_ _e7 = rows4_per_row(r_2, c_2, rb_2);
+        const Rows4_ rows4_2 = _e7;
+        return rows4_2;
+    }
+    uint n = (rb_2 >> 4u);
+    uint4 _e17 = asuint(wq.Load4(((r_2.x * n) + c_2)*16));
+    q_2.v0_ = _e17;
+    if (true) {
+        uint4 _e28 = asuint(wq.Load4(((r_2.y * n) + c_2)*16));
+        q_2.v1_ = _e28;
+    }
+    if (true) {
+        uint4 _e39 = asuint(wq.Load4(((r_2.z * n) + c_2)*16));
+        q_2.v2_ = _e39;
+    }
+    if (true) {
+        uint4 _e50 = asuint(wq.Load4(((r_2.w * n) + c_2)*16));
+        q_2.v3_ = _e50;
+    }
+    Rows4_ _e51 = q_2;
+    const Rows4_ rows4_3 = _e51;
+    return rows4_3;
 }
 
 uint nib_order(uint w_3)
@@ -313,9 +342,9 @@ X8_ ConstructX8_(float4 arg0, float4 arg1, float4 arg2, float4 arg3, float4 arg4
     return ret;
 }
 
-X8_ x8_(uint c_2)
+X8_ x8_(uint c_3)
 {
-    uint xi = (8u * c_2);
+    uint xi = (8u * c_3);
     float4 _e5 = asfloat(xv.Load4(xi*16));
     float4 _e10 = asfloat(xv.Load4((xi + 1u)*16));
     float4 _e15 = asfloat(xv.Load4((xi + 2u)*16));
@@ -358,14 +387,14 @@ XQ ConstructXQ(uint4 arg0, uint4 arg1, uint4 arg2, uint4 arg3, uint4 arg4, uint4
     return ret;
 }
 
-XQ xq(uint c_3)
+XQ xq(uint c_4)
 {
     uint _e3 = p.reserved0_;
     if ((_e3 == 2u)) {
         uint _e8 = p.x_stride;
         uint nb = (_e8 >> 5u);
         uint _e13 = p.x_stride;
-        uint k0_ = ((_e13 >> 2u) + c_3);
+        uint k0_ = ((_e13 >> 2u) + c_4);
         float4 _e19 = asfloat(xv.Load4(k0_*16));
         float4 _e24 = asfloat(xv.Load4((k0_ + nb)*16));
         float4 _e31 = asfloat(xv.Load4((k0_ + (2u * nb))*16));
@@ -377,7 +406,7 @@ XQ xq(uint c_3)
         return xq_1;
     }
     uint _e64 = p.x_stride;
-    uint k_7 = ((_e64 >> 2u) + (7u * c_3));
+    uint k_7 = ((_e64 >> 2u) + (7u * c_4));
     float4 _e72 = asfloat(xv.Load4(k_7*16));
     float4 _e78 = asfloat(xv.Load4((k_7 + 1u)*16));
     float4 _e84 = asfloat(xv.Load4((k_7 + 2u)*16));
@@ -426,105 +455,105 @@ float q4i8_(uint4 w_6, XQ x_1)
     return (mad(_e24, 256.0, _e29) + (_e34 * 0.00390625));
 }
 
-float4 qdot(Q4_ q_2, float4 x_2)
+float4 qdot(Q4_ q_3, float4 x_2)
 {
-    return float4(dot(q_2.r0_, x_2), dot(q_2.r1_, x_2), dot(q_2.r2_, x_2), dot(q_2.r3_, x_2));
+    return float4(dot(q_3.r0_, x_2), dot(q_3.r1_, x_2), dot(q_3.r2_, x_2), dot(q_3.r3_, x_2));
 }
 
-void accb(inout AccB a_1, Q4_ q_3, uint i_2)
+void accb(inout AccB a_1, Q4_ q_4, uint i_2)
 {
     float4 _e4 = a_1.a0_;
     const float4 _e6 = x4_(0u, i_2);
-    const float4 _e7 = qdot(q_3, _e6);
+    const float4 _e7 = qdot(q_4, _e6);
     a_1.a0_ = (_e4 + _e7);
     if (false) {
         float4 _e14 = a_1.a1_;
         const float4 _e16 = x4_(1u, i_2);
-        const float4 _e17 = qdot(q_3, _e16);
+        const float4 _e17 = qdot(q_4, _e16);
         a_1.a1_ = (_e14 + _e17);
     }
     if (false) {
         float4 _e24 = a_1.a2_;
         const float4 _e26 = x4_(2u, i_2);
-        const float4 _e27 = qdot(q_3, _e26);
+        const float4 _e27 = qdot(q_4, _e26);
         a_1.a2_ = (_e24 + _e27);
     }
     if (false) {
         float4 _e34 = a_1.a3_;
         const float4 _e36 = x4_(3u, i_2);
-        const float4 _e37 = qdot(q_3, _e36);
+        const float4 _e37 = qdot(q_4, _e36);
         a_1.a3_ = (_e34 + _e37);
     }
     if (false) {
         float4 _e44 = a_1.a4_;
         const float4 _e46 = x4_(4u, i_2);
-        const float4 _e47 = qdot(q_3, _e46);
+        const float4 _e47 = qdot(q_4, _e46);
         a_1.a4_ = (_e44 + _e47);
     }
     if (false) {
         float4 _e54 = a_1.a5_;
         const float4 _e56 = x4_(5u, i_2);
-        const float4 _e57 = qdot(q_3, _e56);
+        const float4 _e57 = qdot(q_4, _e56);
         a_1.a5_ = (_e54 + _e57);
     }
     if (false) {
         float4 _e64 = a_1.a6_;
         const float4 _e66 = x4_(6u, i_2);
-        const float4 _e67 = qdot(q_3, _e66);
+        const float4 _e67 = qdot(q_4, _e66);
         a_1.a6_ = (_e64 + _e67);
     }
     if (false) {
         float4 _e74 = a_1.a7_;
         const float4 _e76 = x4_(7u, i_2);
-        const float4 _e77 = qdot(q_3, _e76);
+        const float4 _e77 = qdot(q_4, _e76);
         a_1.a7_ = (_e74 + _e77);
     }
     if (false) {
         float4 _e84 = a_1.a8_;
         const float4 _e86 = x4_(8u, i_2);
-        const float4 _e87 = qdot(q_3, _e86);
+        const float4 _e87 = qdot(q_4, _e86);
         a_1.a8_ = (_e84 + _e87);
     }
     if (false) {
         float4 _e94 = a_1.a9_;
         const float4 _e96 = x4_(9u, i_2);
-        const float4 _e97 = qdot(q_3, _e96);
+        const float4 _e97 = qdot(q_4, _e96);
         a_1.a9_ = (_e94 + _e97);
     }
     if (false) {
         float4 _e104 = a_1.a10_;
         const float4 _e106 = x4_(10u, i_2);
-        const float4 _e107 = qdot(q_3, _e106);
+        const float4 _e107 = qdot(q_4, _e106);
         a_1.a10_ = (_e104 + _e107);
     }
     if (false) {
         float4 _e114 = a_1.a11_;
         const float4 _e116 = x4_(11u, i_2);
-        const float4 _e117 = qdot(q_3, _e116);
+        const float4 _e117 = qdot(q_4, _e116);
         a_1.a11_ = (_e114 + _e117);
     }
     if (false) {
         float4 _e124 = a_1.a12_;
         const float4 _e126 = x4_(12u, i_2);
-        const float4 _e127 = qdot(q_3, _e126);
+        const float4 _e127 = qdot(q_4, _e126);
         a_1.a12_ = (_e124 + _e127);
     }
     if (false) {
         float4 _e134 = a_1.a13_;
         const float4 _e136 = x4_(13u, i_2);
-        const float4 _e137 = qdot(q_3, _e136);
+        const float4 _e137 = qdot(q_4, _e136);
         a_1.a13_ = (_e134 + _e137);
     }
     if (false) {
         float4 _e144 = a_1.a14_;
         const float4 _e146 = x4_(14u, i_2);
-        const float4 _e147 = qdot(q_3, _e146);
+        const float4 _e147 = qdot(q_4, _e146);
         a_1.a14_ = (_e144 + _e147);
     }
     if (false) {
         float4 _e154 = a_1.a15_;
         const float4 _e156 = x4_(15u, i_2);
-        const float4 _e157 = qdot(q_3, _e156);
+        const float4 _e157 = qdot(q_4, _e156);
         a_1.a15_ = (_e154 + _e157);
         return;
     } else {
@@ -620,7 +649,7 @@ uint4 rows_b(uint row0_)
     return uint4(row0_, min((row0_ + 1u), last), min((row0_ + 2u), last), min((row0_ + 3u), last));
 }
 
-void int_chunk(uint r_2, uint i0_, uint4 v_4)
+void int_chunk(uint r_3, uint i0_, uint4 v_4)
 {
     uint k_4 = 0u;
     uint h_1 = (uint)0;
@@ -672,10 +701,10 @@ void int_chunk(uint r_2, uint i0_, uint4 v_4)
                         {
                             uint _e55 = h_1;
                             uint b_4 = (w_9 >> (8u * _e55));
-                            uint4 c_9 = (uint4(b_4, (b_4 >> 2u), (b_4 >> 4u), (b_4 >> 6u)) & (3u).xxxx);
+                            uint4 c_10 = (uint4(b_4, (b_4 >> 2u), (b_4 >> 4u), (b_4 >> 6u)) & (3u).xxxx);
                             uint _e69 = k_4;
                             uint _e73 = h_1;
-                            const float4 _e76 = u2f(c_9);
+                            const float4 _e76 = u2f(c_10);
                             tdot(((i0_ + (16u * _e69)) + (4u * _e73)), (_e76 - (2.0).xxxx));
                         }
                     }
@@ -698,103 +727,103 @@ ret_ZeroValuearray4_uint4_ ZeroValuearray4_uint4_() {
 void partial(uint row0_1, uint lid_1)
 {
     float d_3[4] = (float[4])0;
-    uint r_3 = 0u;
-    uint c_4 = (uint)0;
+    uint r_4 = 0u;
+    uint c_5 = (uint)0;
     uint4 v_5[4] = (uint4[4])0;
-    uint r_4 = (uint)0;
     uint r_5 = (uint)0;
+    uint r_6 = (uint)0;
 
-    uint rb_2 = p.row_bytes;
-    uint nch = naga_div((rb_2 + 15u), 16u);
+    uint rb_3 = p.row_bytes;
+    uint nch = naga_div((rb_3 + 15u), 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
-            uint _e32 = r_3;
-            r_3 = (_e32 + 1u);
+            uint _e32 = r_4;
+            r_4 = (_e32 + 1u);
         }
         loop_init_4 = false;
-        uint _e16 = r_3;
+        uint _e16 = r_4;
         if ((_e16 < ROWS)) {
         } else {
             break;
         }
         {
-            uint _e19 = r_3;
+            uint _e19 = r_4;
             uint _e23 = p.o;
             if (((row0_1 + _e19) < _e23)) {
-                uint _e25 = r_3;
-                uint _e27 = r_3;
+                uint _e25 = r_4;
+                uint _e27 = r_4;
                 const float _e29 = scale_f32_((row0_1 + _e27));
                 const float _e30 = scaled(_e29);
                 d_3[min(uint(_e25), 3u)] = _e30;
             }
         }
     }
-    c_4 = lid_1;
+    c_5 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c_4;
-            c_4 = (_e88 + WG);
+            uint _e88 = c_5;
+            c_5 = (_e88 + WG);
         }
         loop_init_5 = false;
-        uint _e35 = c_4;
+        uint _e35 = c_5;
         if ((_e35 < nch)) {
         } else {
             break;
         }
         {
             v_5 = ZeroValuearray4_uint4_();
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e62 = r_4;
-                    r_4 = (_e62 + 1u);
+                    uint _e62 = r_5;
+                    r_5 = (_e62 + 1u);
                 }
                 loop_init_6 = false;
-                uint _e41 = r_4;
+                uint _e41 = r_5;
                 if ((_e41 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e44 = r_4;
-                    uint base_1 = ((row0_1 + _e44) * rb_2);
-                    uint _e47 = r_4;
+                    uint _e44 = r_5;
+                    uint base_1 = ((row0_1 + _e44) * rb_3);
+                    uint _e47 = r_5;
                     uint _e51 = p.o;
                     if (((row0_1 + _e47) < _e51)) {
-                        uint _e53 = r_4;
-                        uint _e56 = c_4;
-                        const uint4 _e60 = load16_((base_1 + (16u * _e56)), (base_1 + rb_2));
+                        uint _e53 = r_5;
+                        uint _e56 = c_5;
+                        const uint4 _e60 = load16_((base_1 + (16u * _e56)), (base_1 + rb_3));
                         v_5[min(uint(_e53), 3u)] = _e60;
                     }
                 }
             }
-            r_5 = 0u;
+            r_6 = 0u;
             bool loop_init_7 = true;
             while(true) {
                 if (!loop_init_7) {
-                    uint _e86 = r_5;
-                    r_5 = (_e86 + 1u);
+                    uint _e86 = r_6;
+                    r_6 = (_e86 + 1u);
                 }
                 loop_init_7 = false;
-                uint _e66 = r_5;
+                uint _e66 = r_6;
                 if ((_e66 < ROWS)) {
                 } else {
                     break;
                 }
                 {
-                    uint _e69 = r_5;
+                    uint _e69 = r_6;
                     uint _e73 = p.o;
                     if (((row0_1 + _e69) < _e73)) {
-                        uint _e75 = r_5;
-                        uint _e76 = c_4;
-                        uint _e78 = r_5;
+                        uint _e75 = r_6;
+                        uint _e76 = c_5;
+                        uint _e78 = r_6;
                         uint4 _e80 = v_5[min(uint(_e78), 3u)];
                         int_chunk(_e75, (_e76 * 64u), _e80);
-                        uint _e81 = r_5;
-                        uint _e82 = r_5;
+                        uint _e81 = r_6;
+                        uint _e82 = r_6;
                         float _e84 = d_3[min(uint(_e82), 3u)];
                         fold(_e81, _e84);
                     }
@@ -825,7 +854,7 @@ float4 i8dotx4_(uint4 w_8, float4 xk)
     return float4(dot(_e3, xk), dot(_e6, xk), dot(_e9, xk), dot(_e12, xk));
 }
 
-float4 step1_i8_(Rows4_ v_6, XQ x_3, uint c_5)
+float4 step1_i8_(Rows4_ v_6, XQ x_3, uint c_6)
 {
     if (((x_3.h.x & 2139095040u) != 2139095040u)) {
         float dh = asfloat(x_3.h.x);
@@ -835,7 +864,7 @@ float4 step1_i8_(Rows4_ v_6, XQ x_3, uint c_5)
         const float _e19 = q4i8_(v_6.v3_, x_3);
         return (dh * float4(_e13, _e15, _e17, _e19));
     }
-    const X8_ _e22 = x8_(c_5);
+    const X8_ _e22 = x8_(c_6);
     const float4 _e24 = q4row(v_6.v0_, _e22);
     const float4 _e28 = q4row(v_6.v1_, _e22);
     const float4 _e32 = q4row(v_6.v2_, _e22);
@@ -846,30 +875,30 @@ float4 step1_i8_(Rows4_ v_6, XQ x_3, uint c_5)
 float4 partial1_i8_(uint4 rr, uint lid_2)
 {
     float4 a_4 = (0.0).xxxx;
-    uint c_6 = (uint)0;
+    uint c_7 = (uint)0;
 
-    uint rb_3 = p.row_bytes;
-    uint nch_1 = naga_div((rb_3 + 15u), 16u);
-    c_6 = lid_2;
+    uint rb_4 = p.row_bytes;
+    uint nch_1 = naga_div((rb_4 + 15u), 16u);
+    c_7 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e23 = c_6;
-            c_6 = (_e23 + WG);
+            uint _e23 = c_7;
+            c_7 = (_e23 + WG);
         }
         loop_init_8 = false;
-        uint _e13 = c_6;
+        uint _e13 = c_7;
         if ((_e13 < nch_1)) {
         } else {
             break;
         }
         {
             float4 _e15 = a_4;
-            uint _e16 = c_6;
-            const Rows4_ _e17 = rows4_(rr, _e16, rb_3);
-            uint _e18 = c_6;
+            uint _e16 = c_7;
+            const Rows4_ _e17 = rows4_(rr, _e16, rb_4);
+            uint _e18 = c_7;
             const XQ _e19 = xq(_e18);
-            uint _e20 = c_6;
+            uint _e20 = c_7;
             const float4 _e21 = step1_i8_(_e17, _e19, _e20);
             a_4 = (_e15 + _e21);
         }
@@ -886,10 +915,10 @@ float4 partial1_(uint row0_2, uint lid_3)
     float4 p1_ = (0.0).xxxx;
     float4 p2_ = (0.0).xxxx;
     float4 p3_ = (0.0).xxxx;
-    uint c_7 = (uint)0;
+    uint c_8 = (uint)0;
 
-    uint rb_4 = p.row_bytes;
-    uint nch_2 = naga_div((rb_4 + 15u), 16u);
+    uint rb_5 = p.row_bytes;
+    uint nch_2 = naga_div((rb_5 + 15u), 16u);
     uint _e11 = p.o;
     uint last_1 = (_e11 - 1u);
     uint4 rr_1 = uint4(row0_2, min((row0_2 + 1u), last_1), min((row0_2 + 2u), last_1), min((row0_2 + 3u), last_1));
@@ -913,24 +942,24 @@ float4 partial1_(uint row0_2, uint lid_3)
         const float4 _e50 = partial1_i8_(rr_1, lid_3);
         return (_e50 * d_4);
     }
-    c_7 = lid_3;
+    c_8 = lid_3;
     bool loop_init_9 = true;
     while(true) {
         if (!loop_init_9) {
-            uint _e163 = c_7;
-            c_7 = (_e163 + WG);
+            uint _e163 = c_8;
+            c_8 = (_e163 + WG);
         }
         loop_init_9 = false;
-        uint _e68 = c_7;
+        uint _e68 = c_8;
         if ((_e68 < nch_2)) {
         } else {
             break;
         }
         {
-            uint _e70 = c_7;
-            const Rows4_ _e71 = rows4_(rr_1, _e70, rb_4);
+            uint _e70 = c_8;
+            const Rows4_ _e71 = rows4_(rr_1, _e70, rb_5);
             if (false) {
-                uint _e77 = c_7;
+                uint _e77 = c_8;
                 uint xi_1 = (4u * _e77);
                 float4 _e79 = a_5;
                 float4 _e91 = asfloat(xv.Load4(xi_1*16));
@@ -949,7 +978,7 @@ float4 partial1_(uint row0_2, uint lid_3)
                 const float4 _e143 = i8dotx4_(uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
                 a_5 = (_e128 + _e143);
             } else {
-                uint _e145 = c_7;
+                uint _e145 = c_8;
                 const X8_ _e146 = x8_(_e145);
                 float4 _e147 = p0_;
                 const float4 _e149 = q4row(_e71.v0_, _e146);
@@ -994,11 +1023,11 @@ Q4_ ConstructQ4_(float4 arg0, float4 arg1, float4 arg2, float4 arg3) {
 AccB partialb(uint row0_3, uint lid_4)
 {
     AccB a_6 = (AccB)0;
-    uint c_8 = (uint)0;
+    uint c_9 = (uint)0;
     uint k_5 = (uint)0;
 
-    uint rb_5 = p.row_bytes;
-    uint nch_3 = naga_div((rb_5 + 15u), 16u);
+    uint rb_6 = p.row_bytes;
+    uint nch_3 = naga_div((rb_6 + 15u), 16u);
     const uint4 _e9 = rows_b(row0_3);
     const float _e11 = scale_f32_(_e9.x);
     const float _e12 = scaled(_e11);
@@ -1009,22 +1038,22 @@ AccB partialb(uint row0_3, uint lid_4)
     const float _e20 = scale_f32_(_e9.w);
     const float _e21 = scaled(_e20);
     float4 d_5 = float4(_e12, _e15, _e18, _e21);
-    c_8 = lid_4;
+    c_9 = lid_4;
     bool loop_init_10 = true;
     while(true) {
         if (!loop_init_10) {
-            uint _e115 = c_8;
-            c_8 = (_e115 + WG);
+            uint _e115 = c_9;
+            c_9 = (_e115 + WG);
         }
         loop_init_10 = false;
-        uint _e25 = c_8;
+        uint _e25 = c_9;
         if ((_e25 < nch_3)) {
         } else {
             break;
         }
         {
-            uint _e27 = c_8;
-            const Rows4_ _e28 = rows4_(_e9, _e27, rb_5);
+            uint _e27 = c_9;
+            const Rows4_ _e28 = rows4_(_e9, _e27, rb_6);
             k_5 = 0u;
             bool loop_init_11 = true;
             while(true) {
@@ -1049,11 +1078,11 @@ AccB partialb(uint row0_3, uint lid_4)
                         const float4 _e54 = i8v(w_10.y);
                         const float4 _e56 = i8v(w_10.z);
                         const float4 _e58 = i8v(w_10.w);
-                        uint _e61 = c_8;
+                        uint _e61 = c_9;
                         uint _e64 = k_5;
                         accb(a_6, ConstructQ4_(_e52, _e54, _e56, _e58), ((16u * _e61) + (4u * _e64)));
                     } else {
-                        uint _e68 = c_8;
+                        uint _e68 = c_9;
                         uint _e71 = k_5;
                         uint i_3 = ((32u * _e68) + (8u * _e71));
                         float4 o = (8.0).xxxx;

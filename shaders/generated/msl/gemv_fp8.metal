@@ -345,7 +345,7 @@ metal::uint4 rowc(
     return _e19;
 }
 
-Rows4_ rows4_(
+Rows4_ rows4_per_row(
     metal::uint4 r_2,
     uint c_1,
     uint rb_1,
@@ -371,16 +371,47 @@ Rows4_ rows4_(
     return _e28;
 }
 
+Rows4_ rows4_(
+    metal::uint4 r_3,
+    uint c_2,
+    uint rb_2,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    Rows4_ q_2 = {};
+    if ((rb_2 & 15u) != 0u) {
+        Rows4_ _e7 = rows4_per_row(r_3, c_2, rb_2, wq, _buffer_sizes);
+        return _e7;
+    }
+    uint n_2 = rb_2 >> 4u;
+    metal::uint4 _e17 = wq[metal::min(unsigned((r_3.x * n_2) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+    q_2.v0_ = _e17;
+    if (true) {
+        metal::uint4 _e28 = wq[metal::min(unsigned((r_3.y * n_2) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v1_ = _e28;
+    }
+    if (true) {
+        metal::uint4 _e39 = wq[metal::min(unsigned((r_3.z * n_2) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v2_ = _e39;
+    }
+    if (true) {
+        metal::uint4 _e50 = wq[metal::min(unsigned((r_3.w * n_2) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v3_ = _e50;
+    }
+    Rows4_ _e51 = q_2;
+    return _e51;
+}
+
 metal::float4 qdot(
-    Q4_ q_2,
+    Q4_ q_3,
     metal::float4 x
 ) {
-    return metal::float4(metal::dot(q_2.r0_, x), metal::dot(q_2.r1_, x), metal::dot(q_2.r2_, x), metal::dot(q_2.r3_, x));
+    return metal::float4(metal::dot(q_3.r0_, x), metal::dot(q_3.r1_, x), metal::dot(q_3.r2_, x), metal::dot(q_3.r3_, x));
 }
 
 void accb(
     thread AccB& a,
-    Q4_ q_3,
+    Q4_ q_4,
     uint i_2,
     device type_6 const& xv,
     constant Params& p,
@@ -388,96 +419,96 @@ void accb(
 ) {
     metal::float4 _e4 = a.a0_;
     metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
-    metal::float4 _e7 = qdot(q_3, _e6);
+    metal::float4 _e7 = qdot(q_4, _e6);
     a.a0_ = _e4 + _e7;
     if (false) {
         metal::float4 _e14 = a.a1_;
         metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e17 = qdot(q_3, _e16);
+        metal::float4 _e17 = qdot(q_4, _e16);
         a.a1_ = _e14 + _e17;
     }
     if (false) {
         metal::float4 _e24 = a.a2_;
         metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e27 = qdot(q_3, _e26);
+        metal::float4 _e27 = qdot(q_4, _e26);
         a.a2_ = _e24 + _e27;
     }
     if (false) {
         metal::float4 _e34 = a.a3_;
         metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e37 = qdot(q_3, _e36);
+        metal::float4 _e37 = qdot(q_4, _e36);
         a.a3_ = _e34 + _e37;
     }
     if (false) {
         metal::float4 _e44 = a.a4_;
         metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e47 = qdot(q_3, _e46);
+        metal::float4 _e47 = qdot(q_4, _e46);
         a.a4_ = _e44 + _e47;
     }
     if (false) {
         metal::float4 _e54 = a.a5_;
         metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e57 = qdot(q_3, _e56);
+        metal::float4 _e57 = qdot(q_4, _e56);
         a.a5_ = _e54 + _e57;
     }
     if (false) {
         metal::float4 _e64 = a.a6_;
         metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e67 = qdot(q_3, _e66);
+        metal::float4 _e67 = qdot(q_4, _e66);
         a.a6_ = _e64 + _e67;
     }
     if (false) {
         metal::float4 _e74 = a.a7_;
         metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e77 = qdot(q_3, _e76);
+        metal::float4 _e77 = qdot(q_4, _e76);
         a.a7_ = _e74 + _e77;
     }
     if (false) {
         metal::float4 _e84 = a.a8_;
         metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e87 = qdot(q_3, _e86);
+        metal::float4 _e87 = qdot(q_4, _e86);
         a.a8_ = _e84 + _e87;
     }
     if (false) {
         metal::float4 _e94 = a.a9_;
         metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e97 = qdot(q_3, _e96);
+        metal::float4 _e97 = qdot(q_4, _e96);
         a.a9_ = _e94 + _e97;
     }
     if (false) {
         metal::float4 _e104 = a.a10_;
         metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e107 = qdot(q_3, _e106);
+        metal::float4 _e107 = qdot(q_4, _e106);
         a.a10_ = _e104 + _e107;
     }
     if (false) {
         metal::float4 _e114 = a.a11_;
         metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e117 = qdot(q_3, _e116);
+        metal::float4 _e117 = qdot(q_4, _e116);
         a.a11_ = _e114 + _e117;
     }
     if (false) {
         metal::float4 _e124 = a.a12_;
         metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e127 = qdot(q_3, _e126);
+        metal::float4 _e127 = qdot(q_4, _e126);
         a.a12_ = _e124 + _e127;
     }
     if (false) {
         metal::float4 _e134 = a.a13_;
         metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e137 = qdot(q_3, _e136);
+        metal::float4 _e137 = qdot(q_4, _e136);
         a.a13_ = _e134 + _e137;
     }
     if (false) {
         metal::float4 _e144 = a.a14_;
         metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e147 = qdot(q_3, _e146);
+        metal::float4 _e147 = qdot(q_4, _e146);
         a.a14_ = _e144 + _e147;
     }
     if (false) {
         metal::float4 _e154 = a.a15_;
         metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e157 = qdot(q_3, _e156);
+        metal::float4 _e157 = qdot(q_4, _e156);
         a.a15_ = _e154 + _e157;
         return;
     } else {
@@ -491,8 +522,8 @@ AccB poisonb(
     constant Params& p
 ) {
     uint _e5 = p.reserved0_;
-    metal::float4 q_4 = metal::float4(as_type<float>(2143289344u + (_e5 * 0u)));
-    return AccB {metal::select(a_1.a0_, q_4, bad), metal::select(a_1.a1_, q_4, bad), metal::select(a_1.a2_, q_4, bad), metal::select(a_1.a3_, q_4, bad), metal::select(a_1.a4_, q_4, bad), metal::select(a_1.a5_, q_4, bad), metal::select(a_1.a6_, q_4, bad), metal::select(a_1.a7_, q_4, bad), metal::select(a_1.a8_, q_4, bad), metal::select(a_1.a9_, q_4, bad), metal::select(a_1.a10_, q_4, bad), metal::select(a_1.a11_, q_4, bad), metal::select(a_1.a12_, q_4, bad), metal::select(a_1.a13_, q_4, bad), metal::select(a_1.a14_, q_4, bad), metal::select(a_1.a15_, q_4, bad)};
+    metal::float4 q_5 = metal::float4(as_type<float>(2143289344u + (_e5 * 0u)));
+    return AccB {metal::select(a_1.a0_, q_5, bad), metal::select(a_1.a1_, q_5, bad), metal::select(a_1.a2_, q_5, bad), metal::select(a_1.a3_, q_5, bad), metal::select(a_1.a4_, q_5, bad), metal::select(a_1.a5_, q_5, bad), metal::select(a_1.a6_, q_5, bad), metal::select(a_1.a7_, q_5, bad), metal::select(a_1.a8_, q_5, bad), metal::select(a_1.a9_, q_5, bad), metal::select(a_1.a10_, q_5, bad), metal::select(a_1.a11_, q_5, bad), metal::select(a_1.a12_, q_5, bad), metal::select(a_1.a13_, q_5, bad), metal::select(a_1.a14_, q_5, bad), metal::select(a_1.a15_, q_5, bad)};
 }
 
 metal::float4 accb_at(
@@ -569,7 +600,7 @@ uint naga_mod(uint lhs, uint rhs) {
 }
 
 bool row_nan(
-    uint r_3,
+    uint r_4,
     device type_3 const& sc,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
@@ -577,14 +608,14 @@ bool row_nan(
     uint base = {};
     uint _e3 = p.o;
     uint _e10 = p.sc_row;
-    uint n_2 = naga_div(_e3 + 127u, 128u) * _e10;
-    base = n_2;
+    uint n_3 = naga_div(_e3 + 127u, 128u) * _e10;
+    base = n_3;
     if (false) {
-        base = naga_div(n_2 + 3u, 4u);
+        base = naga_div(n_3 + 3u, 4u);
     }
     uint _e22 = base;
-    uint _e27 = sc[metal::min(unsigned(_e22 + naga_div(r_3, 32u)), (_buffer_sizes.size1 - 0 - 4) / 4)];
-    return ((_e27 >> naga_mod(r_3, 32u)) & 1u) != 0u;
+    uint _e27 = sc[metal::min(unsigned(_e22 + naga_div(r_4, 32u)), (_buffer_sizes.size1 - 0 - 4) / 4)];
+    return ((_e27 >> naga_mod(r_4, 32u)) & 1u) != 0u;
 }
 
 metal::bool4 rows_nan(
@@ -611,75 +642,75 @@ void partial(
     thread type_8& t,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint c_2 = {};
+    uint c_3 = {};
     type_12 v_2 = {};
-    uint r_4 = {};
     uint r_5 = {};
+    uint r_6 = {};
     uint k_5 = {};
     float d_2 = {};
-    uint r_6 = 0u;
+    uint r_7 = 0u;
     bool local_4 = {};
-    uint rb_3 = p.row_bytes;
-    uint nch = naga_div(rb_3 + 15u, 16u);
+    uint rb_4 = p.row_bytes;
+    uint nch = naga_div(rb_4 + 15u, 16u);
     uint tpr_1 = p.sc_row;
-    c_2 = lid_1;
+    c_3 = lid_1;
     bool loop_init_3 = true;
     while(true) {
         if (!loop_init_3) {
-            uint _e96 = c_2;
-            c_2 = _e96 + WG;
+            uint _e96 = c_3;
+            c_3 = _e96 + WG;
         }
         loop_init_3 = false;
-        uint _e13 = c_2;
+        uint _e13 = c_3;
         if (_e13 < nch) {
         } else {
             break;
         }
         {
             v_2 = type_12 {};
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_4 = true;
             while(true) {
                 if (!loop_init_4) {
-                    uint _e40 = r_4;
-                    r_4 = _e40 + 1u;
+                    uint _e40 = r_5;
+                    r_5 = _e40 + 1u;
                 }
                 loop_init_4 = false;
-                uint _e19 = r_4;
+                uint _e19 = r_5;
                 if (_e19 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e22 = r_4;
-                    uint base_2 = (row0_1 + _e22) * rb_3;
-                    uint _e25 = r_4;
+                    uint _e22 = r_5;
+                    uint base_2 = (row0_1 + _e22) * rb_4;
+                    uint _e25 = r_5;
                     uint _e29 = p.o;
                     if ((row0_1 + _e25) < _e29) {
-                        uint _e31 = r_4;
-                        uint _e34 = c_2;
-                        metal::uint4 _e38 = load16_(base_2 + (16u * _e34), base_2 + rb_3, wq, _buffer_sizes);
+                        uint _e31 = r_5;
+                        uint _e34 = c_3;
+                        metal::uint4 _e38 = load16_(base_2 + (16u * _e34), base_2 + rb_4, wq, _buffer_sizes);
                         v_2.inner[metal::min(unsigned(_e31), 3u)] = _e38;
                     }
                 }
             }
-            uint _e43 = c_2;
+            uint _e43 = c_3;
             uint i0_ = 16u * _e43;
-            r_5 = 0u;
+            r_6 = 0u;
             bool loop_init_5 = true;
             while(true) {
                 if (!loop_init_5) {
-                    uint _e94 = r_5;
-                    r_5 = _e94 + 1u;
+                    uint _e94 = r_6;
+                    r_6 = _e94 + 1u;
                 }
                 loop_init_5 = false;
-                uint _e47 = r_5;
+                uint _e47 = r_6;
                 if (_e47 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e50 = r_5;
+                    uint _e50 = r_6;
                     uint row_2 = row0_1 + _e50;
                     uint _e54 = p.o;
                     if (row_2 < _e54) {
@@ -698,7 +729,7 @@ void partial(
                             }
                             {
                                 uint _e62 = k_5;
-                                uint _e65 = r_5;
+                                uint _e65 = r_6;
                                 uint _e67 = k_5;
                                 uint _e69 = v_2.inner[metal::min(unsigned(_e65), 3u)][metal::min(unsigned(_e67), 3u)];
                                 metal::float4 _e70 = e4m3v(_e69);
@@ -716,7 +747,7 @@ void partial(
                             float _e89 = scale_f32_(tk, sc, _buffer_sizes);
                             d_2 = _e89;
                         }
-                        uint _e90 = r_5;
+                        uint _e90 = r_6;
                         float _e91 = d_2;
                         float _e92 = scaled(_e91);
                         fold(_e90, _e92, acc, t);
@@ -728,20 +759,20 @@ void partial(
     bool loop_init_7 = true;
     while(true) {
         if (!loop_init_7) {
-            uint _e119 = r_6;
-            r_6 = _e119 + 1u;
+            uint _e119 = r_7;
+            r_7 = _e119 + 1u;
         }
         loop_init_7 = false;
-        uint _e101 = r_6;
+        uint _e101 = r_7;
         if (_e101 < ROWS) {
         } else {
             break;
         }
         {
-            uint _e104 = r_6;
+            uint _e104 = r_7;
             uint _e108 = p.o;
             if ((row0_1 + _e104) < _e108) {
-                uint _e112 = r_6;
+                uint _e112 = r_7;
                 bool _e114 = row_nan(row0_1 + _e112, sc, p, _buffer_sizes);
                 local_4 = _e114;
             } else {
@@ -749,7 +780,7 @@ void partial(
             }
             bool _e116 = local_4;
             if (_e116) {
-                uint _e117 = r_6;
+                uint _e117 = r_7;
                 poison(_e117, p, acc);
             }
         }
@@ -786,8 +817,8 @@ float f8row_h(
 
 Ld1_ load1_h(
     metal::uint4 rr_1,
-    uint c_3,
-    uint rb_2,
+    uint c_4,
+    uint rb_3,
     uint band,
     uint tpr,
     device type_2 const& wq,
@@ -797,7 +828,7 @@ Ld1_ load1_h(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     float d_3 = {};
-    uint _e9 = group(naga_div(16u * c_3, 128u), tpr);
+    uint _e9 = group(naga_div(16u * c_4, 128u), tpr);
     uint tk_1 = band + _e9;
     if (false) {
         uint _e16 = scale_byte(tk_1, sc, _buffer_sizes);
@@ -807,8 +838,8 @@ Ld1_ load1_h(
         float _e18 = scale_f32_(tk_1, sc, _buffer_sizes);
         d_3 = _e18;
     }
-    uint xi = 4u * c_3;
-    Rows4_ _e21 = rows4_(rr_1, c_3, rb_2, wq, _buffer_sizes);
+    uint xi = 4u * c_4;
+    Rows4_ _e21 = rows4_(rr_1, c_4, rb_3, wq, _buffer_sizes);
     float _e22 = d_3;
     float _e23 = scaled(_e22);
     metal::float4 _e26 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -839,28 +870,28 @@ metal::float4 partial1_h(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a_3 = metal::float4(0.0);
-    uint c_4 = {};
-    uint rb_4 = p.row_bytes;
-    uint nch_1 = naga_div(rb_4 + 15u, 16u);
+    uint c_5 = {};
+    uint rb_5 = p.row_bytes;
+    uint nch_1 = naga_div(rb_5 + 15u, 16u);
     uint tpr_2 = p.sc_row;
     uint band_1 = naga_div(rr_2.x, 128u) * tpr_2;
-    c_4 = lid_2;
+    c_5 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e27 = c_4;
-            c_4 = _e27 + WG;
+            uint _e27 = c_5;
+            c_5 = _e27 + WG;
         }
         loop_init_8 = false;
-        uint _e20 = c_4;
+        uint _e20 = c_5;
         if (_e20 < nch_1) {
         } else {
             break;
         }
         {
             metal::float4 _e22 = a_3;
-            uint _e23 = c_4;
-            Ld1_ _e24 = load1_h(rr_2, _e23, rb_4, band_1, tpr_2, wq, sc, xv, p, _buffer_sizes);
+            uint _e23 = c_5;
+            Ld1_ _e24 = load1_h(rr_2, _e23, rb_5, band_1, tpr_2, wq, sc, xv, p, _buffer_sizes);
             metal::float4 _e25 = step1_h(_e24);
             a_3 = _e22 + _e25;
         }
@@ -903,31 +934,31 @@ AccB partialb(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     AccB a_4 = {};
-    uint c_5 = {};
+    uint c_6 = {};
     float d_4 = {};
     uint k_6 = {};
-    uint rb_5 = p.row_bytes;
-    uint nch_2 = naga_div(rb_5 + 15u, 16u);
+    uint rb_6 = p.row_bytes;
+    uint nch_2 = naga_div(rb_6 + 15u, 16u);
     uint tpr_3 = p.sc_row;
     metal::uint4 _e12 = rows_b(row0_3, p);
     uint band_2 = naga_div(_e12.x, 128u) * tpr_3;
-    c_5 = lid_4;
+    c_6 = lid_4;
     bool loop_init_9 = true;
     while(true) {
         if (!loop_init_9) {
-            uint _e88 = c_5;
-            c_5 = _e88 + WG;
+            uint _e88 = c_6;
+            c_6 = _e88 + WG;
         }
         loop_init_9 = false;
-        uint _e19 = c_5;
+        uint _e19 = c_6;
         if (_e19 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e21 = c_5;
-            Rows4_ _e22 = rows4_(_e12, _e21, rb_5, wq, _buffer_sizes);
-            uint _e24 = c_5;
+            uint _e21 = c_6;
+            Rows4_ _e22 = rows4_(_e12, _e21, rb_6, wq, _buffer_sizes);
+            uint _e24 = c_6;
             uint _e28 = group(naga_div(16u * _e24, 128u), tpr_3);
             uint tk_2 = band_2 + _e28;
             d_4 = float {};
@@ -965,10 +996,10 @@ AccB partialb(
                     metal::float4 _e66 = e4m3_h(w_4.y);
                     metal::float4 _e70 = e4m3_h(w_4.z);
                     metal::float4 _e74 = e4m3_h(w_4.w);
-                    Q4_ q_5 = Q4_ {ds * _e62.xzyw, ds * _e66.xzyw, ds * _e70.xzyw, ds * _e74.xzyw};
-                    uint _e79 = c_5;
+                    Q4_ q_6 = Q4_ {ds * _e62.xzyw, ds * _e66.xzyw, ds * _e70.xzyw, ds * _e74.xzyw};
+                    uint _e79 = c_6;
                     uint _e82 = k_6;
-                    accb(a_4, q_5, (16u * _e79) + (4u * _e82), xv, p, _buffer_sizes);
+                    accb(a_4, q_6, (16u * _e79) + (4u * _e82), xv, p, _buffer_sizes);
                 }
             }
         }

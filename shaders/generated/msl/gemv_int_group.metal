@@ -308,7 +308,7 @@ metal::uint4 rowc(
     return _e19;
 }
 
-Rows4_ rows4_(
+Rows4_ rows4_per_row(
     metal::uint4 r_1,
     uint c_1,
     uint rb_1,
@@ -834,7 +834,7 @@ Ld1_ load1_i8_(
     float _e30 = scale_f32_((rr.w * ng) + _e11, sc, _buffer_sizes);
     float _e31 = scaled(_e30);
     metal::float4 sg = metal::float4(_e16, _e21, _e26, _e31);
-    Rows4_ _e33 = rows4_(rr, c_5, rb_2, wq, _buffer_sizes);
+    Rows4_ _e33 = rows4_per_row(rr, c_5, rb_2, wq, _buffer_sizes);
     XQ _e34 = xq(c_5, xv, p, _buffer_sizes);
     return Ld1_ {_e33, sg, _e34};
 }
@@ -943,7 +943,7 @@ metal::float4 partial1_(
         }
         {
             uint _e48 = c_8;
-            Rows4_ _e49 = rows4_(rr_2, _e48, rb_5, wq, _buffer_sizes);
+            Rows4_ _e49 = rows4_per_row(rr_2, _e48, rb_5, wq, _buffer_sizes);
             uint _e51 = c_8;
             uint _e58 = group(metal::min(naga_div(32u * _e51, GS), ng_3 - 1u), ng_3);
             uint _e59 = c_8;
@@ -1013,7 +1013,7 @@ AccB partialb(
         }
         {
             uint _e17 = c_9;
-            Rows4_ _e18 = rows4_(_e12, _e17, rb_6, wq, _buffer_sizes);
+            Rows4_ _e18 = rows4_per_row(_e12, _e17, rb_6, wq, _buffer_sizes);
             uint _e20 = c_9;
             uint _e27 = group(metal::min(naga_div(32u * _e20, GS), ng_4 - 1u), ng_4);
             float _e31 = scale_f32_((_e12.x * ng_4) + _e27, sc, _buffer_sizes);

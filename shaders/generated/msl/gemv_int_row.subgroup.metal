@@ -302,7 +302,7 @@ metal::uint4 rowc(
     return _e19;
 }
 
-Rows4_ rows4_(
+Rows4_ rows4_per_row(
     metal::uint4 r_1,
     uint c_1,
     uint rb_1,
@@ -328,6 +328,37 @@ Rows4_ rows4_(
     return _e28;
 }
 
+Rows4_ rows4_(
+    metal::uint4 r_2,
+    uint c_2,
+    uint rb_2,
+    device type_2 const& wq,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    Rows4_ q_2 = {};
+    if ((rb_2 & 15u) != 0u) {
+        Rows4_ _e7 = rows4_per_row(r_2, c_2, rb_2, wq, _buffer_sizes);
+        return _e7;
+    }
+    uint n = rb_2 >> 4u;
+    metal::uint4 _e17 = wq[metal::min(unsigned((r_2.x * n) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+    q_2.v0_ = _e17;
+    if (true) {
+        metal::uint4 _e28 = wq[metal::min(unsigned((r_2.y * n) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v1_ = _e28;
+    }
+    if (true) {
+        metal::uint4 _e39 = wq[metal::min(unsigned((r_2.z * n) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v2_ = _e39;
+    }
+    if (true) {
+        metal::uint4 _e50 = wq[metal::min(unsigned((r_2.w * n) + c_2), (_buffer_sizes.size0 - 0 - 16) / 16)];
+        q_2.v3_ = _e50;
+    }
+    Rows4_ _e51 = q_2;
+    return _e51;
+}
+
 uint nib_order(
     uint w_3
 ) {
@@ -344,11 +375,11 @@ metal::float4 nib_in_place(
 }
 
 X8_ x8_(
-    uint c_2,
+    uint c_3,
     device type_6 const& xv,
     constant _mslBufferSizes& _buffer_sizes
 ) {
-    uint xi = 8u * c_2;
+    uint xi = 8u * c_3;
     metal::float4 _e5 = xv[metal::min(unsigned(xi), (_buffer_sizes.size2 - 0 - 16) / 16)];
     metal::float4 _e10 = xv[metal::min(unsigned(xi + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     metal::float4 _e15 = xv[metal::min(unsigned(xi + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -381,7 +412,7 @@ metal::float4 q4row(
 }
 
 XQ xq(
-    uint c_3,
+    uint c_4,
     device type_6 const& xv,
     constant Params& p,
     constant _mslBufferSizes& _buffer_sizes
@@ -391,7 +422,7 @@ XQ xq(
         uint _e8 = p.x_stride;
         uint nb = _e8 >> 5u;
         uint _e13 = p.x_stride;
-        uint k0_ = (_e13 >> 2u) + c_3;
+        uint k0_ = (_e13 >> 2u) + c_4;
         metal::float4 _e19 = xv[metal::min(unsigned(k0_), (_buffer_sizes.size2 - 0 - 16) / 16)];
         metal::float4 _e24 = xv[metal::min(unsigned(k0_ + nb), (_buffer_sizes.size2 - 0 - 16) / 16)];
         metal::float4 _e31 = xv[metal::min(unsigned(k0_ + (2u * nb)), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -402,7 +433,7 @@ XQ xq(
         return XQ {as_type<metal::uint4>(_e19), as_type<metal::uint4>(_e24), as_type<metal::uint4>(_e31), as_type<metal::uint4>(_e38), as_type<metal::uint4>(_e45), as_type<metal::uint4>(_e52), as_type<metal::uint4>(_e59)};
     }
     uint _e64 = p.x_stride;
-    uint k_7 = (_e64 >> 2u) + (7u * c_3);
+    uint k_7 = (_e64 >> 2u) + (7u * c_4);
     metal::float4 _e72 = xv[metal::min(unsigned(k_7), (_buffer_sizes.size2 - 0 - 16) / 16)];
     metal::float4 _e78 = xv[metal::min(unsigned(k_7 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
     metal::float4 _e84 = xv[metal::min(unsigned(k_7 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -474,15 +505,15 @@ float q4i8_(
 }
 
 metal::float4 qdot(
-    Q4_ q_2,
+    Q4_ q_3,
     metal::float4 x_2
 ) {
-    return metal::float4(metal::dot(q_2.r0_, x_2), metal::dot(q_2.r1_, x_2), metal::dot(q_2.r2_, x_2), metal::dot(q_2.r3_, x_2));
+    return metal::float4(metal::dot(q_3.r0_, x_2), metal::dot(q_3.r1_, x_2), metal::dot(q_3.r2_, x_2), metal::dot(q_3.r3_, x_2));
 }
 
 void accb(
     thread AccB& a_1,
-    Q4_ q_3,
+    Q4_ q_4,
     uint i_2,
     device type_6 const& xv,
     constant Params& p,
@@ -490,96 +521,96 @@ void accb(
 ) {
     metal::float4 _e4 = a_1.a0_;
     metal::float4 _e6 = x4_(0u, i_2, xv, p, _buffer_sizes);
-    metal::float4 _e7 = qdot(q_3, _e6);
+    metal::float4 _e7 = qdot(q_4, _e6);
     a_1.a0_ = _e4 + _e7;
     if (false) {
         metal::float4 _e14 = a_1.a1_;
         metal::float4 _e16 = x4_(1u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e17 = qdot(q_3, _e16);
+        metal::float4 _e17 = qdot(q_4, _e16);
         a_1.a1_ = _e14 + _e17;
     }
     if (false) {
         metal::float4 _e24 = a_1.a2_;
         metal::float4 _e26 = x4_(2u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e27 = qdot(q_3, _e26);
+        metal::float4 _e27 = qdot(q_4, _e26);
         a_1.a2_ = _e24 + _e27;
     }
     if (false) {
         metal::float4 _e34 = a_1.a3_;
         metal::float4 _e36 = x4_(3u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e37 = qdot(q_3, _e36);
+        metal::float4 _e37 = qdot(q_4, _e36);
         a_1.a3_ = _e34 + _e37;
     }
     if (false) {
         metal::float4 _e44 = a_1.a4_;
         metal::float4 _e46 = x4_(4u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e47 = qdot(q_3, _e46);
+        metal::float4 _e47 = qdot(q_4, _e46);
         a_1.a4_ = _e44 + _e47;
     }
     if (false) {
         metal::float4 _e54 = a_1.a5_;
         metal::float4 _e56 = x4_(5u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e57 = qdot(q_3, _e56);
+        metal::float4 _e57 = qdot(q_4, _e56);
         a_1.a5_ = _e54 + _e57;
     }
     if (false) {
         metal::float4 _e64 = a_1.a6_;
         metal::float4 _e66 = x4_(6u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e67 = qdot(q_3, _e66);
+        metal::float4 _e67 = qdot(q_4, _e66);
         a_1.a6_ = _e64 + _e67;
     }
     if (false) {
         metal::float4 _e74 = a_1.a7_;
         metal::float4 _e76 = x4_(7u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e77 = qdot(q_3, _e76);
+        metal::float4 _e77 = qdot(q_4, _e76);
         a_1.a7_ = _e74 + _e77;
     }
     if (false) {
         metal::float4 _e84 = a_1.a8_;
         metal::float4 _e86 = x4_(8u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e87 = qdot(q_3, _e86);
+        metal::float4 _e87 = qdot(q_4, _e86);
         a_1.a8_ = _e84 + _e87;
     }
     if (false) {
         metal::float4 _e94 = a_1.a9_;
         metal::float4 _e96 = x4_(9u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e97 = qdot(q_3, _e96);
+        metal::float4 _e97 = qdot(q_4, _e96);
         a_1.a9_ = _e94 + _e97;
     }
     if (false) {
         metal::float4 _e104 = a_1.a10_;
         metal::float4 _e106 = x4_(10u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e107 = qdot(q_3, _e106);
+        metal::float4 _e107 = qdot(q_4, _e106);
         a_1.a10_ = _e104 + _e107;
     }
     if (false) {
         metal::float4 _e114 = a_1.a11_;
         metal::float4 _e116 = x4_(11u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e117 = qdot(q_3, _e116);
+        metal::float4 _e117 = qdot(q_4, _e116);
         a_1.a11_ = _e114 + _e117;
     }
     if (false) {
         metal::float4 _e124 = a_1.a12_;
         metal::float4 _e126 = x4_(12u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e127 = qdot(q_3, _e126);
+        metal::float4 _e127 = qdot(q_4, _e126);
         a_1.a12_ = _e124 + _e127;
     }
     if (false) {
         metal::float4 _e134 = a_1.a13_;
         metal::float4 _e136 = x4_(13u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e137 = qdot(q_3, _e136);
+        metal::float4 _e137 = qdot(q_4, _e136);
         a_1.a13_ = _e134 + _e137;
     }
     if (false) {
         metal::float4 _e144 = a_1.a14_;
         metal::float4 _e146 = x4_(14u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e147 = qdot(q_3, _e146);
+        metal::float4 _e147 = qdot(q_4, _e146);
         a_1.a14_ = _e144 + _e147;
     }
     if (false) {
         metal::float4 _e154 = a_1.a15_;
         metal::float4 _e156 = x4_(15u, i_2, xv, p, _buffer_sizes);
-        metal::float4 _e157 = qdot(q_3, _e156);
+        metal::float4 _e157 = qdot(q_4, _e156);
         a_1.a15_ = _e154 + _e157;
         return;
     } else {
@@ -660,7 +691,7 @@ metal::uint4 rows_b(
 }
 
 void int_chunk(
-    uint r_2,
+    uint r_3,
     uint i0_,
     metal::uint4 v_4,
     device type_6 const& xv,
@@ -717,10 +748,10 @@ void int_chunk(
                         {
                             uint _e55 = h_1;
                             uint b_4 = w_9 >> (8u * _e55);
-                            metal::uint4 c_9 = metal::uint4(b_4, b_4 >> 2u, b_4 >> 4u, b_4 >> 6u) & metal::uint4(3u);
+                            metal::uint4 c_10 = metal::uint4(b_4, b_4 >> 2u, b_4 >> 4u, b_4 >> 6u) & metal::uint4(3u);
                             uint _e69 = k_4;
                             uint _e73 = h_1;
-                            metal::float4 _e76 = u2f(c_9);
+                            metal::float4 _e76 = u2f(c_10);
                             tdot((i0_ + (16u * _e69)) + (4u * _e73), _e76 - metal::float4(2.0), xv, p, t, _buffer_sizes);
                         }
                     }
@@ -747,102 +778,102 @@ void partial(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     type_11 d_3 = {};
-    uint r_3 = 0u;
-    uint c_4 = {};
+    uint r_4 = 0u;
+    uint c_5 = {};
     type_12 v_5 = {};
-    uint r_4 = {};
     uint r_5 = {};
-    uint rb_2 = p.row_bytes;
-    uint nch = naga_div(rb_2 + 15u, 16u);
+    uint r_6 = {};
+    uint rb_3 = p.row_bytes;
+    uint nch = naga_div(rb_3 + 15u, 16u);
     bool loop_init_4 = true;
     while(true) {
         if (!loop_init_4) {
-            uint _e32 = r_3;
-            r_3 = _e32 + 1u;
+            uint _e32 = r_4;
+            r_4 = _e32 + 1u;
         }
         loop_init_4 = false;
-        uint _e16 = r_3;
+        uint _e16 = r_4;
         if (_e16 < ROWS) {
         } else {
             break;
         }
         {
-            uint _e19 = r_3;
+            uint _e19 = r_4;
             uint _e23 = p.o;
             if ((row0_1 + _e19) < _e23) {
-                uint _e25 = r_3;
-                uint _e27 = r_3;
+                uint _e25 = r_4;
+                uint _e27 = r_4;
                 float _e29 = scale_f32_(row0_1 + _e27, sc, _buffer_sizes);
                 float _e30 = scaled(_e29);
                 d_3.inner[metal::min(unsigned(_e25), 3u)] = _e30;
             }
         }
     }
-    c_4 = lid_1;
+    c_5 = lid_1;
     bool loop_init_5 = true;
     while(true) {
         if (!loop_init_5) {
-            uint _e88 = c_4;
-            c_4 = _e88 + WG;
+            uint _e88 = c_5;
+            c_5 = _e88 + WG;
         }
         loop_init_5 = false;
-        uint _e35 = c_4;
+        uint _e35 = c_5;
         if (_e35 < nch) {
         } else {
             break;
         }
         {
             v_5 = type_12 {};
-            r_4 = 0u;
+            r_5 = 0u;
             bool loop_init_6 = true;
             while(true) {
                 if (!loop_init_6) {
-                    uint _e62 = r_4;
-                    r_4 = _e62 + 1u;
+                    uint _e62 = r_5;
+                    r_5 = _e62 + 1u;
                 }
                 loop_init_6 = false;
-                uint _e41 = r_4;
+                uint _e41 = r_5;
                 if (_e41 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e44 = r_4;
-                    uint base_1 = (row0_1 + _e44) * rb_2;
-                    uint _e47 = r_4;
+                    uint _e44 = r_5;
+                    uint base_1 = (row0_1 + _e44) * rb_3;
+                    uint _e47 = r_5;
                     uint _e51 = p.o;
                     if ((row0_1 + _e47) < _e51) {
-                        uint _e53 = r_4;
-                        uint _e56 = c_4;
-                        metal::uint4 _e60 = load16_(base_1 + (16u * _e56), base_1 + rb_2, wq, _buffer_sizes);
+                        uint _e53 = r_5;
+                        uint _e56 = c_5;
+                        metal::uint4 _e60 = load16_(base_1 + (16u * _e56), base_1 + rb_3, wq, _buffer_sizes);
                         v_5.inner[metal::min(unsigned(_e53), 3u)] = _e60;
                     }
                 }
             }
-            r_5 = 0u;
+            r_6 = 0u;
             bool loop_init_7 = true;
             while(true) {
                 if (!loop_init_7) {
-                    uint _e86 = r_5;
-                    r_5 = _e86 + 1u;
+                    uint _e86 = r_6;
+                    r_6 = _e86 + 1u;
                 }
                 loop_init_7 = false;
-                uint _e66 = r_5;
+                uint _e66 = r_6;
                 if (_e66 < ROWS) {
                 } else {
                     break;
                 }
                 {
-                    uint _e69 = r_5;
+                    uint _e69 = r_6;
                     uint _e73 = p.o;
                     if ((row0_1 + _e69) < _e73) {
-                        uint _e75 = r_5;
-                        uint _e76 = c_4;
-                        uint _e78 = r_5;
+                        uint _e75 = r_6;
+                        uint _e76 = c_5;
+                        uint _e78 = r_6;
                         metal::uint4 _e80 = v_5.inner[metal::min(unsigned(_e78), 3u)];
                         int_chunk(_e75, _e76 * 64u, _e80, xv, p, t, _buffer_sizes);
-                        uint _e81 = r_5;
-                        uint _e82 = r_5;
+                        uint _e81 = r_6;
+                        uint _e82 = r_6;
                         float _e84 = d_3.inner[metal::min(unsigned(_e82), 3u)];
                         fold(_e81, _e84, acc, t);
                     }
@@ -879,7 +910,7 @@ metal::float4 i8dotx4_(
 metal::float4 step1_i8_(
     Rows4_ v_6,
     XQ x_3,
-    uint c_5,
+    uint c_6,
     device type_6 const& xv,
     constant _mslBufferSizes& _buffer_sizes
 ) {
@@ -891,7 +922,7 @@ metal::float4 step1_i8_(
         float _e19 = q4i8_(v_6.v3_, x_3);
         return dh * metal::float4(_e13, _e15, _e17, _e19);
     }
-    X8_ _e22 = x8_(c_5, xv, _buffer_sizes);
+    X8_ _e22 = x8_(c_6, xv, _buffer_sizes);
     metal::float4 _e24 = q4row(v_6.v0_, _e22);
     metal::float4 _e28 = q4row(v_6.v1_, _e22);
     metal::float4 _e32 = q4row(v_6.v2_, _e22);
@@ -908,29 +939,29 @@ metal::float4 partial1_i8_(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     metal::float4 a_4 = metal::float4(0.0);
-    uint c_6 = {};
-    uint rb_3 = p.row_bytes;
-    uint nch_1 = naga_div(rb_3 + 15u, 16u);
-    c_6 = lid_2;
+    uint c_7 = {};
+    uint rb_4 = p.row_bytes;
+    uint nch_1 = naga_div(rb_4 + 15u, 16u);
+    c_7 = lid_2;
     bool loop_init_8 = true;
     while(true) {
         if (!loop_init_8) {
-            uint _e23 = c_6;
-            c_6 = _e23 + WG;
+            uint _e23 = c_7;
+            c_7 = _e23 + WG;
         }
         loop_init_8 = false;
-        uint _e13 = c_6;
+        uint _e13 = c_7;
         if (_e13 < nch_1) {
         } else {
             break;
         }
         {
             metal::float4 _e15 = a_4;
-            uint _e16 = c_6;
-            Rows4_ _e17 = rows4_(rr, _e16, rb_3, wq, _buffer_sizes);
-            uint _e18 = c_6;
+            uint _e16 = c_7;
+            Rows4_ _e17 = rows4_(rr, _e16, rb_4, wq, _buffer_sizes);
+            uint _e18 = c_7;
             XQ _e19 = xq(_e18, xv, p, _buffer_sizes);
-            uint _e20 = c_6;
+            uint _e20 = c_7;
             metal::float4 _e21 = step1_i8_(_e17, _e19, _e20, xv, _buffer_sizes);
             a_4 = _e15 + _e21;
         }
@@ -954,9 +985,9 @@ metal::float4 partial1_(
     metal::float4 p1_ = metal::float4(0.0);
     metal::float4 p2_ = metal::float4(0.0);
     metal::float4 p3_ = metal::float4(0.0);
-    uint c_7 = {};
-    uint rb_4 = p.row_bytes;
-    uint nch_2 = naga_div(rb_4 + 15u, 16u);
+    uint c_8 = {};
+    uint rb_5 = p.row_bytes;
+    uint nch_2 = naga_div(rb_5 + 15u, 16u);
     uint _e11 = p.o;
     uint last_1 = _e11 - 1u;
     metal::uint4 rr_1 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
@@ -980,24 +1011,24 @@ metal::float4 partial1_(
         metal::float4 _e50 = partial1_i8_(rr_1, lid_3, wq, xv, p, _buffer_sizes);
         return _e50 * d_4;
     }
-    c_7 = lid_3;
+    c_8 = lid_3;
     bool loop_init_9 = true;
     while(true) {
         if (!loop_init_9) {
-            uint _e163 = c_7;
-            c_7 = _e163 + WG;
+            uint _e163 = c_8;
+            c_8 = _e163 + WG;
         }
         loop_init_9 = false;
-        uint _e68 = c_7;
+        uint _e68 = c_8;
         if (_e68 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e70 = c_7;
-            Rows4_ _e71 = rows4_(rr_1, _e70, rb_4, wq, _buffer_sizes);
+            uint _e70 = c_8;
+            Rows4_ _e71 = rows4_(rr_1, _e70, rb_5, wq, _buffer_sizes);
             if (false) {
-                uint _e77 = c_7;
+                uint _e77 = c_8;
                 uint xi_1 = 4u * _e77;
                 metal::float4 _e79 = a_5;
                 metal::float4 _e91 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
@@ -1016,7 +1047,7 @@ metal::float4 partial1_(
                 metal::float4 _e143 = i8dotx4_(metal::uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
                 a_5 = _e128 + _e143;
             } else {
-                uint _e145 = c_7;
+                uint _e145 = c_8;
                 X8_ _e146 = x8_(_e145, xv, _buffer_sizes);
                 metal::float4 _e147 = p0_;
                 metal::float4 _e149 = q4row(_e71.v0_, _e146);
@@ -1059,10 +1090,10 @@ AccB partialb(
     constant _mslBufferSizes& _buffer_sizes
 ) {
     AccB a_6 = {};
-    uint c_8 = {};
+    uint c_9 = {};
     uint k_5 = {};
-    uint rb_5 = p.row_bytes;
-    uint nch_3 = naga_div(rb_5 + 15u, 16u);
+    uint rb_6 = p.row_bytes;
+    uint nch_3 = naga_div(rb_6 + 15u, 16u);
     metal::uint4 _e9 = rows_b(row0_3, p);
     float _e11 = scale_f32_(_e9.x, sc, _buffer_sizes);
     float _e12 = scaled(_e11);
@@ -1073,22 +1104,22 @@ AccB partialb(
     float _e20 = scale_f32_(_e9.w, sc, _buffer_sizes);
     float _e21 = scaled(_e20);
     metal::float4 d_5 = metal::float4(_e12, _e15, _e18, _e21);
-    c_8 = lid_4;
+    c_9 = lid_4;
     bool loop_init_10 = true;
     while(true) {
         if (!loop_init_10) {
-            uint _e115 = c_8;
-            c_8 = _e115 + WG;
+            uint _e115 = c_9;
+            c_9 = _e115 + WG;
         }
         loop_init_10 = false;
-        uint _e25 = c_8;
+        uint _e25 = c_9;
         if (_e25 < nch_3) {
         } else {
             break;
         }
         {
-            uint _e27 = c_8;
-            Rows4_ _e28 = rows4_(_e9, _e27, rb_5, wq, _buffer_sizes);
+            uint _e27 = c_9;
+            Rows4_ _e28 = rows4_(_e9, _e27, rb_6, wq, _buffer_sizes);
             k_5 = 0u;
             bool loop_init_11 = true;
             while(true) {
@@ -1113,11 +1144,11 @@ AccB partialb(
                         metal::float4 _e54 = i8v(w_10.y);
                         metal::float4 _e56 = i8v(w_10.z);
                         metal::float4 _e58 = i8v(w_10.w);
-                        uint _e61 = c_8;
+                        uint _e61 = c_9;
                         uint _e64 = k_5;
                         accb(a_6, Q4_ {_e52, _e54, _e56, _e58}, (16u * _e61) + (4u * _e64), xv, p, _buffer_sizes);
                     } else {
-                        uint _e68 = c_8;
+                        uint _e68 = c_9;
                         uint _e71 = k_5;
                         uint i_3 = (32u * _e68) + (8u * _e71);
                         metal::float4 o = metal::float4(8.0);
