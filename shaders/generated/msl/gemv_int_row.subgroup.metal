@@ -970,6 +970,22 @@ metal::float4 partial1_i8_(
     return _e26;
 }
 
+metal::float4 row_scales4_(
+    metal::uint4 rr_1,
+    device type_3 const& sc,
+    constant _mslBufferSizes& _buffer_sizes
+) {
+    float _e2 = scale_f32_(rr_1.x, sc, _buffer_sizes);
+    float _e3 = scaled(_e2);
+    float _e5 = scale_f32_(rr_1.y, sc, _buffer_sizes);
+    float _e6 = scaled(_e5);
+    float _e8 = scale_f32_(rr_1.z, sc, _buffer_sizes);
+    float _e9 = scaled(_e8);
+    float _e11 = scale_f32_(rr_1.w, sc, _buffer_sizes);
+    float _e12 = scaled(_e11);
+    return metal::float4(_e3, _e6, _e9, _e12);
+}
+
 metal::float4 partial1_(
     uint row0_2,
     uint lid_3,
@@ -990,89 +1006,82 @@ metal::float4 partial1_(
     uint nch_2 = naga_div(rb_5 + 15u, 16u);
     uint _e11 = p.o;
     uint last_1 = _e11 - 1u;
-    metal::uint4 rr_1 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
-    float _e25 = scale_f32_(rr_1.x, sc, _buffer_sizes);
-    float _e26 = scaled(_e25);
-    float _e28 = scale_f32_(rr_1.y, sc, _buffer_sizes);
-    float _e29 = scaled(_e28);
-    float _e31 = scale_f32_(rr_1.z, sc, _buffer_sizes);
-    float _e32 = scaled(_e31);
-    float _e34 = scale_f32_(rr_1.w, sc, _buffer_sizes);
-    float _e35 = scaled(_e34);
-    metal::float4 d_4 = metal::float4(_e26, _e29, _e32, _e35);
+    metal::uint4 rr_2 = metal::uint4(row0_2, metal::min(row0_2 + 1u, last_1), metal::min(row0_2 + 2u, last_1), metal::min(row0_2 + 3u, last_1));
     if (false) {
-        uint _e45 = p.reserved0_;
-        local_5 = _e45 != 0u;
+        uint _e32 = p.reserved0_;
+        local_5 = _e32 != 0u;
     } else {
         local_5 = false;
     }
-    bool _e49 = local_5;
-    if (_e49) {
-        metal::float4 _e50 = partial1_i8_(rr_1, lid_3, wq, xv, p, _buffer_sizes);
-        return _e50 * d_4;
+    bool _e36 = local_5;
+    if (_e36) {
+        metal::float4 _e37 = partial1_i8_(rr_2, lid_3, wq, xv, p, _buffer_sizes);
+        metal::float4 _e38 = row_scales4_(rr_2, sc, _buffer_sizes);
+        return _e37 * _e38;
     }
+    metal::float4 _e40 = row_scales4_(rr_2, sc, _buffer_sizes);
     c_8 = lid_3;
     bool loop_init_9 = true;
     while(true) {
         if (!loop_init_9) {
-            uint _e163 = c_8;
-            c_8 = _e163 + WG;
+            uint _e152 = c_8;
+            c_8 = _e152 + WG;
         }
         loop_init_9 = false;
-        uint _e68 = c_8;
-        if (_e68 < nch_2) {
+        uint _e57 = c_8;
+        if (_e57 < nch_2) {
         } else {
             break;
         }
         {
-            uint _e70 = c_8;
-            Rows4_ _e71 = rows4_(rr_1, _e70, rb_5, wq, _buffer_sizes);
+            uint _e59 = c_8;
+            Rows4_ _e60 = rows4_(rr_2, _e59, rb_5, wq, _buffer_sizes);
             if (false) {
-                uint _e77 = c_8;
-                uint xi_1 = 4u * _e77;
-                metal::float4 _e79 = a_5;
-                metal::float4 _e91 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e92 = i8dotx4_(metal::uint4(_e71.v0_.x, _e71.v1_.x, _e71.v2_.x, _e71.v3_.x), _e91);
-                a_5 = _e79 + _e92;
-                metal::float4 _e94 = a_5;
-                metal::float4 _e108 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e109 = i8dotx4_(metal::uint4(_e71.v0_.y, _e71.v1_.y, _e71.v2_.y, _e71.v3_.y), _e108);
-                a_5 = _e94 + _e109;
-                metal::float4 _e111 = a_5;
-                metal::float4 _e125 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e126 = i8dotx4_(metal::uint4(_e71.v0_.z, _e71.v1_.z, _e71.v2_.z, _e71.v3_.z), _e125);
-                a_5 = _e111 + _e126;
-                metal::float4 _e128 = a_5;
-                metal::float4 _e142 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
-                metal::float4 _e143 = i8dotx4_(metal::uint4(_e71.v0_.w, _e71.v1_.w, _e71.v2_.w, _e71.v3_.w), _e142);
-                a_5 = _e128 + _e143;
+                uint _e66 = c_8;
+                uint xi_1 = 4u * _e66;
+                metal::float4 _e68 = a_5;
+                metal::float4 _e80 = xv[metal::min(unsigned(xi_1), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e81 = i8dotx4_(metal::uint4(_e60.v0_.x, _e60.v1_.x, _e60.v2_.x, _e60.v3_.x), _e80);
+                a_5 = _e68 + _e81;
+                metal::float4 _e83 = a_5;
+                metal::float4 _e97 = xv[metal::min(unsigned(xi_1 + 1u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e98 = i8dotx4_(metal::uint4(_e60.v0_.y, _e60.v1_.y, _e60.v2_.y, _e60.v3_.y), _e97);
+                a_5 = _e83 + _e98;
+                metal::float4 _e100 = a_5;
+                metal::float4 _e114 = xv[metal::min(unsigned(xi_1 + 2u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e115 = i8dotx4_(metal::uint4(_e60.v0_.z, _e60.v1_.z, _e60.v2_.z, _e60.v3_.z), _e114);
+                a_5 = _e100 + _e115;
+                metal::float4 _e117 = a_5;
+                metal::float4 _e131 = xv[metal::min(unsigned(xi_1 + 3u), (_buffer_sizes.size2 - 0 - 16) / 16)];
+                metal::float4 _e132 = i8dotx4_(metal::uint4(_e60.v0_.w, _e60.v1_.w, _e60.v2_.w, _e60.v3_.w), _e131);
+                a_5 = _e117 + _e132;
             } else {
-                uint _e145 = c_8;
-                X8_ _e146 = x8_(_e145, xv, _buffer_sizes);
-                metal::float4 _e147 = p0_;
-                metal::float4 _e149 = q4row(_e71.v0_, _e146);
-                p0_ = _e147 + _e149;
-                metal::float4 _e151 = p1_;
-                metal::float4 _e153 = q4row(_e71.v1_, _e146);
-                p1_ = _e151 + _e153;
-                metal::float4 _e155 = p2_;
-                metal::float4 _e157 = q4row(_e71.v2_, _e146);
-                p2_ = _e155 + _e157;
-                metal::float4 _e159 = p3_;
-                metal::float4 _e161 = q4row(_e71.v3_, _e146);
-                p3_ = _e159 + _e161;
+                uint _e134 = c_8;
+                X8_ _e135 = x8_(_e134, xv, _buffer_sizes);
+                metal::float4 _e136 = p0_;
+                metal::float4 _e138 = q4row(_e60.v0_, _e135);
+                p0_ = _e136 + _e138;
+                metal::float4 _e140 = p1_;
+                metal::float4 _e142 = q4row(_e60.v1_, _e135);
+                p1_ = _e140 + _e142;
+                metal::float4 _e144 = p2_;
+                metal::float4 _e146 = q4row(_e60.v2_, _e135);
+                p2_ = _e144 + _e146;
+                metal::float4 _e148 = p3_;
+                metal::float4 _e150 = q4row(_e60.v3_, _e135);
+                p3_ = _e148 + _e150;
             }
         }
     }
     if (false) {
-        metal::float4 _e170 = p0_;
-        metal::float4 _e173 = p1_;
-        metal::float4 _e176 = p2_;
-        metal::float4 _e179 = p3_;
-        a_5 = metal::float4(metal::dot(_e170, NIB_POS), metal::dot(_e173, NIB_POS), metal::dot(_e176, NIB_POS), metal::dot(_e179, NIB_POS));
+        metal::float4 _e159 = p0_;
+        metal::float4 _e162 = p1_;
+        metal::float4 _e165 = p2_;
+        metal::float4 _e168 = p3_;
+        a_5 = metal::float4(metal::dot(_e159, NIB_POS), metal::dot(_e162, NIB_POS), metal::dot(_e165, NIB_POS), metal::dot(_e168, NIB_POS));
     }
-    metal::float4 _e183 = a_5;
-    return _e183 * d_4;
+    metal::float4 _e172 = a_5;
+    return _e172 * _e40;
 }
 
 bool fastb(
@@ -1103,7 +1112,7 @@ AccB partialb(
     float _e18 = scaled(_e17);
     float _e20 = scale_f32_(_e9.w, sc, _buffer_sizes);
     float _e21 = scaled(_e20);
-    metal::float4 d_5 = metal::float4(_e12, _e15, _e18, _e21);
+    metal::float4 d_4 = metal::float4(_e12, _e15, _e18, _e21);
     c_9 = lid_4;
     bool loop_init_10 = true;
     while(true) {
@@ -1176,7 +1185,7 @@ AccB partialb(
         }
     }
     AccB _e118 = a_6;
-    AccB _e119 = scaleb(_e118, d_5);
+    AccB _e119 = scaleb(_e118, d_4);
     return _e119;
 }
 uint naga_mod(uint lhs, uint rhs) {
