@@ -4,6 +4,7 @@
 //! counts, so codecs and kernels may index without re-validating.
 
 use crate::error::QuantError;
+use crate::memory::WeightBytes;
 use crate::registry::{DEFAULT_ROTATION_SEED, Format};
 
 /// A quantized [O, I] weight matrix in its stored layout, borrowed (e.g. from an mmap).
@@ -115,13 +116,14 @@ pub struct EncodedTensor {
     pub format: Format,
     pub rows: usize,
     pub cols: usize,
-    pub weights: Vec<u8>,
+    /// On a cache line, in huge pages where offered ([`crate::memory::WeightBytes`]).
+    pub weights: WeightBytes,
     pub scales: Vec<u8>,
     pub rotation_seed: u64,
 }
 
-/// A clone's weights go into a [`crate::memory::weight_copy`] buffer (huge pages where
-/// offered), as the encoder's output does.
+/// A clone's weights go into a [`crate::memory::weight_copy`] buffer (a cache line, huge
+/// pages where offered), as the encoder's output does.
 impl Clone for EncodedTensor {
     fn clone(&self) -> Self {
         EncodedTensor {
@@ -137,15 +139,17 @@ impl Clone for EncodedTensor {
 
 impl EncodedTensor {
     /// Adopts stored bytes as they are (passthrough, e.g. an FP8 checkpoint's own bytes):
-    /// the lengths are checked, the bytes are never touched.
+    /// the lengths are checked, the bytes are never changed (moved onto a cache line if
+    /// `weights` does not start on one: [`WeightBytes`]).
     pub fn from_parts(
         format: Format,
         rows: usize,
         cols: usize,
-        weights: Vec<u8>,
+        weights: impl Into<WeightBytes>,
         scales: Vec<u8>,
         rotation_seed: Option<u64>,
     ) -> Result<Self, QuantError> {
+        let weights = weights.into();
         let seed = rotation_seed.unwrap_or(DEFAULT_ROTATION_SEED);
         QTensor::new(format, rows, cols, &weights, &scales, seed)?;
         Ok(EncodedTensor {

@@ -17,11 +17,13 @@
 //! fp8-e4m3-b128, mq4-g256-v2, and issue 8's q8_0, q4_k, q6_k — how near the memory bound
 //! the GGUF kernels, and so candle's, run — on 4096x4096, 14336x4096, 6144x16384).
 //! `TESSERA_READ_PAIR_OFFSET=M` (0..64) moves every copy of the weights, and the read's
-//! buffers, to start M bytes past a cache line (by default both start where glibc's
-//! allocator puts a large `Vec`: 16 bytes past one).
+//! buffers, to start M bytes past a cache line (by default both start on one, as
+//! `quant_core::memory::WeightBytes` puts them; before session 26 they sat where glibc's
+//! allocator puts a large `Vec`, 16 bytes past one: `TESSERA_READ_PAIR_OFFSET=16`).
 
 use candle_pair::{copies, formats_and_shapes, median};
 use quant_core::kernels::{KernelPath, gemm_with, has_int8_activations};
+use quant_core::memory::WeightBytes;
 use quant_core::testdata::{Rng, activations, weights};
 use quant_core::{EncodeOptions, QTensor, encode};
 use std::time::Instant;
@@ -119,12 +121,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let bytes = enc.weights.len() + enc.scales.len();
             let copies = copies(bytes);
             let ours: Vec<_> = (0..copies).map(|_| enc.clone()).collect();
-            let plain: Vec<Vec<u8>> = (0..copies)
+            let plain: Vec<WeightBytes> = (0..copies)
                 .map(|_| quant_core::memory::weight_buffer(bytes.next_multiple_of(256) + 128))
                 .collect();
             // The weights where `clone` left them, or moved `offset` bytes past a line (and
             // the read's buffers with them).
-            let moved: Vec<Vec<u8>> = match offset {
+            let moved: Vec<WeightBytes> = match offset {
                 Some(_) => ours
                     .iter()
                     .map(|e| quant_core::memory::weight_buffer(e.weights.len() + 128))
