@@ -15,7 +15,8 @@
 //!
 //! Usage: `tensor_probe` (no arguments). Without a CUDA device it says so and exits 0.
 //! `tensor_probe --ptxas` only compiles the issue formats' GEMM builds, `mma.sync` and
-//! warpgroup, to SASS with NVRTC and prints ptxas's report (registers, spills, warnings);
+//! warpgroup, and their 16-row GEMV builds at S = 1 and 16, to SASS with NVRTC and prints
+//! ptxas's report (registers, spills, warnings);
 //! it needs libnvrtc, not a device.
 
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg, sys};
@@ -242,6 +243,46 @@ fn ptxas_report() -> Res<()> {
                     String::from_utf8_lossy(&log)
                 );
             }
+        }
+    }
+    // The 16-row GEMV at S = 1 and 16 with the default knobs (the shape-dependent rules,
+    // `layout::rows_stage` and the small-grid warps, pick other builds on some shapes).
+    for (name, fmt, group, chunk_bytes) in [
+        ("int4-row", fmt_id::INT4_ROW, 0, 16),
+        ("int8-row", fmt_id::INT8_ROW, 0, 16),
+        ("int4-g64", fmt_id::INT4_G, 64, 8),
+        ("fp8-e4m3-b128", fmt_id::FP8_F32, 0, 16),
+        ("mq4-g256-v2", fmt_id::MQ4_V2, 0, 16),
+    ] {
+        for s in [1usize, 16] {
+            let key = ModuleKey {
+                kernel: KernelId { fmt, group },
+                build: Build::GemvMma(MmaKernel { chunk_bytes }),
+                s,
+                arch: "sm_90".into(),
+                mutation: None,
+                tuning: kernels_cuda::Tuning::default(),
+            };
+            let mut opts = key.options();
+            opts.push("--ptxas-options=-v".into());
+            let prog = result::create_program(&src, None)?;
+            // SAFETY: `prog` was just created from a valid source; the options are plain
+            // strings.
+            let compiled = unsafe { result::compile_program(prog, &opts) };
+            // SAFETY: as above; the log exists whether or not the compile succeeded.
+            let log = unsafe { result::get_program_log(prog) }?;
+            // SAFETY: `prog` is not used after this.
+            unsafe { result::destroy_program(prog) }?;
+            let log: Vec<u8> = log
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect();
+            println!(
+                "== {name} GEMV S={s}: compile {:?}\n{}",
+                compiled.is_ok(),
+                String::from_utf8_lossy(&log)
+            );
         }
     }
     Ok(())
