@@ -30,10 +30,11 @@
 //! hands a large `Vec<u8>` out 16 bytes past a page, so a row that starts there puts every
 //! 64-byte load across two lines. A mapped container's tensors start on lines
 //! (docs/CONTAINER.md), so tessera's own buffers now do too. Measured on the 2-core EPYC
-//! (2026-12-07 09:38-09:44 UTC, `read-pair` with `TESSERA_READ_PAIR_OFFSET=0` against the
-//! allocator's +16, alternated four times; docs/PERF.md "Session 26"): the int8-activation
-//! GEMVs 2-7% faster against the same read in slow rounds, and 8-12 points of the read in its
-//! fast moments on [14336 x 4096].
+//! (2026-12-07, `read-pair`, the int8-activation GEMVs against a read of the same bytes,
+//! aligned and +16 alternated four times; docs/PERF.md "Session 26"): up to 11 points of the
+//! read nearer it in slow rounds (int4-row [4096 x 4096] 95-98% -> 106-107%), up to 14 in its
+//! fast moments on [4096 x 4096] and [14336 x 4096]; the fast moments of [6144 x 16384] and
+//! of int4-g64 did not move.
 
 /// Buffers smaller than this stay in small pages (two huge pages: below that the aligned
 /// span is at most one, and the advice buys little).
