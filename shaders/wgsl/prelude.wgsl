@@ -287,7 +287,7 @@ fn rows4(r: vec4<u32>, c: u32, rb: u32) -> Rows4 {
 }
 
 // rows4 with the alignment tested row by row (`rowc`). gemv_int_group keeps it: there the
-// driver allocated fewer registers for `rows4` and int4-g64 ran 2.5% slower (same section).
+// driver allocated fewer registers for `rows4` and int4-g64 ran 2% slower (same section).
 fn rows4_per_row(r: vec4<u32>, c: u32, rb: u32) -> Rows4 {
     var q: Rows4;
     q.v0 = rowc(r.x, c, rb);

@@ -169,20 +169,21 @@ extern "C" __global__ void mma_peak(float* out, int iters) {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// ptxas's report (`--ptxas-options=-v`: registers, spills, warnings) on the issue formats'
-/// GEMM builds, with and without the warpgroup MMA, compiled by NVRTC to SASS.
-fn ptxas_report() -> Res<()> {
+/// One NVRTC compile of `src` with `opts` plus `--ptxas-options=-v`: whether it compiled,
+/// ptxas's report (registers, spills, warnings) and the cubin's size.
+fn ptxas(src: &std::ffi::CStr, opts: &[String]) -> Res<(bool, String, usize)> {
     use cudarc::nvrtc::{result, sys as nv};
-    use kernels_cuda::caps::{KernelId, MmaKernel, fmt_id};
-    use kernels_cuda::compile::{Build, GEMV_NVRTC_SOURCE, ModuleKey};
-    // This probe's own kernels first.
-    let own = std::ffi::CString::new(source())?;
-    let prog = result::create_program(&own, None)?;
-    let opts = ["--gpu-architecture=sm_90a", "--ptxas-options=-v"];
+    let mut opts = opts.to_vec();
+    opts.push("--ptxas-options=-v".into());
+    let prog = result::create_program(src, None)?;
     // SAFETY: `prog` was just created from a valid source; the options are plain strings.
     let compiled = unsafe { result::compile_program(prog, &opts) };
-    // SAFETY: as above.
+    // SAFETY: as above; the log exists whether or not the compile succeeded.
     let log = unsafe { result::get_program_log(prog) }?;
+    let mut cubin = 0usize;
+    // SAFETY: `prog` is a program NVRTC created; the size is written to `cubin` (left 0
+    // where the compile failed).
+    let _ = unsafe { nv::nvrtcGetCUBINSize(prog, &mut cubin) };
     // SAFETY: `prog` is not used after this.
     unsafe { result::destroy_program(prog) }?;
     let log: Vec<u8> = log
@@ -190,99 +191,64 @@ fn ptxas_report() -> Res<()> {
         .map(|&c| c as u8)
         .take_while(|&c| c != 0)
         .collect();
-    println!(
-        "== the probe's kernels: compile {:?}\n{}",
+    Ok((
         compiled.is_ok(),
-        String::from_utf8_lossy(&log)
-    );
+        String::from_utf8_lossy(&log).into_owned(),
+        cubin,
+    ))
+}
+
+/// ptxas's report on the issue formats' GEMM builds, with and without the warpgroup MMA,
+/// and on their 16-row GEMV builds at S = 1 and 16, compiled by NVRTC to SASS.
+fn ptxas_report() -> Res<()> {
+    use kernels_cuda::caps::{KernelId, MmaKernel, fmt_id};
+    use kernels_cuda::compile::{Build, GEMV_NVRTC_SOURCE, ModuleKey};
+    // This probe's own kernels first.
+    let own = std::ffi::CString::new(source())?;
+    let (ok, log, _) = ptxas(&own, &["--gpu-architecture=sm_90a".to_string()])?;
+    println!("== the probe's kernels: compile {ok:?}\n{log}");
     let src = std::ffi::CString::new(GEMV_NVRTC_SOURCE)?;
-    for (name, fmt, group, chunk_bytes) in [
+    let issue_formats = [
         ("int4-row", fmt_id::INT4_ROW, 0, 16),
         ("int8-row", fmt_id::INT8_ROW, 0, 16),
         ("int4-g64", fmt_id::INT4_G, 64, 8),
         ("fp8-e4m3-b128", fmt_id::FP8_F32, 0, 16),
         ("mq4-g256-v2", fmt_id::MQ4_V2, 0, 16),
-    ] {
+    ];
+    let key = |fmt, group, build, s, tuning| ModuleKey {
+        kernel: KernelId { fmt, group },
+        build,
+        s,
+        arch: "sm_90".into(),
+        mutation: None,
+        tuning,
+    };
+    for (name, fmt, group, chunk_bytes) in issue_formats {
         for parts in [1u32, 2] {
             for wgmma in [false, true] {
-                let key = ModuleKey {
-                    kernel: KernelId { fmt, group },
-                    build: Build::Gemm {
-                        mma: MmaKernel { chunk_bytes },
-                        parts,
-                    },
-                    s: 0,
-                    arch: "sm_90".into(),
-                    mutation: None,
-                    tuning: kernels_cuda::Tuning {
-                        gemm_wgmma: wgmma,
-                        ..Default::default()
-                    },
+                let build = Build::Gemm {
+                    mma: MmaKernel { chunk_bytes },
+                    parts,
                 };
-                let mut opts = key.options();
-                opts.push("--ptxas-options=-v".into());
-                let prog = result::create_program(&src, None)?;
-                // SAFETY: `prog` was just created from a valid source; the options are
-                // plain strings.
-                let compiled = unsafe { result::compile_program(prog, &opts) };
-                // SAFETY: as above; the log exists whether or not the compile succeeded.
-                let log = unsafe { result::get_program_log(prog) }?;
-                let log: Vec<u8> = log
-                    .iter()
-                    .map(|&c| c as u8)
-                    .take_while(|&c| c != 0)
-                    .collect();
-                let mut cubin = 0usize;
-                // SAFETY: `prog` is a compiled program; the size is written to `cubin`.
-                let got = unsafe { nv::nvrtcGetCUBINSize(prog, &mut cubin) };
-                // SAFETY: `prog` is not used after this.
-                unsafe { result::destroy_program(prog) }?;
+                let tuning = kernels_cuda::Tuning {
+                    gemm_wgmma: wgmma,
+                    ..Default::default()
+                };
+                let (ok, log, cubin) = ptxas(&src, &key(fmt, group, build, 0, tuning).options())?;
                 println!(
-                    "== {name} P={parts} wgmma={wgmma}: compile {:?}, cubin {cubin} bytes ({got:?})\n{}",
-                    compiled.is_ok(),
-                    String::from_utf8_lossy(&log)
+                    "== {name} P={parts} wgmma={wgmma}: compile {ok:?}, cubin {cubin} bytes\n{log}"
                 );
             }
         }
     }
     // The 16-row GEMV at S = 1 and 16 with the default knobs (the shape-dependent rules,
     // `layout::rows_stage` and the small-grid warps, pick other builds on some shapes).
-    for (name, fmt, group, chunk_bytes) in [
-        ("int4-row", fmt_id::INT4_ROW, 0, 16),
-        ("int8-row", fmt_id::INT8_ROW, 0, 16),
-        ("int4-g64", fmt_id::INT4_G, 64, 8),
-        ("fp8-e4m3-b128", fmt_id::FP8_F32, 0, 16),
-        ("mq4-g256-v2", fmt_id::MQ4_V2, 0, 16),
-    ] {
+    for (name, fmt, group, chunk_bytes) in issue_formats {
         for s in [1usize, 16] {
-            let key = ModuleKey {
-                kernel: KernelId { fmt, group },
-                build: Build::GemvMma(MmaKernel { chunk_bytes }),
-                s,
-                arch: "sm_90".into(),
-                mutation: None,
-                tuning: kernels_cuda::Tuning::default(),
-            };
-            let mut opts = key.options();
-            opts.push("--ptxas-options=-v".into());
-            let prog = result::create_program(&src, None)?;
-            // SAFETY: `prog` was just created from a valid source; the options are plain
-            // strings.
-            let compiled = unsafe { result::compile_program(prog, &opts) };
-            // SAFETY: as above; the log exists whether or not the compile succeeded.
-            let log = unsafe { result::get_program_log(prog) }?;
-            // SAFETY: `prog` is not used after this.
-            unsafe { result::destroy_program(prog) }?;
-            let log: Vec<u8> = log
-                .iter()
-                .map(|&c| c as u8)
-                .take_while(|&c| c != 0)
-                .collect();
-            println!(
-                "== {name} GEMV S={s}: compile {:?}\n{}",
-                compiled.is_ok(),
-                String::from_utf8_lossy(&log)
-            );
+            let build = Build::GemvMma(MmaKernel { chunk_bytes });
+            let k = key(fmt, group, build, s, kernels_cuda::Tuning::default());
+            let (ok, log, _) = ptxas(&src, &k.options())?;
+            println!("== {name} GEMV S={s}: compile {ok:?}\n{log}");
         }
     }
     Ok(())

@@ -113,6 +113,12 @@ pub fn nibble_codes(fmt: u32) -> bool {
     )
 }
 
+/// Whether a tensor-core kernel id scales whole rows (one scale a row, applied once after
+/// the row's sum: gemv.cu's `MmaFmt::ROW_SCALE`) rather than each group or block.
+pub fn row_scaled(fmt: u32) -> bool {
+    matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
+}
+
 /// The `TS_FMT_*` ids of gemv.cu (kept in step with its `#define`s; `tests/host_emulation.rs`
 /// runs every row through the source itself, so a mismatch fails there).
 pub mod fmt_id {

@@ -489,10 +489,9 @@ impl ModuleKey {
 /// both follow. Only formats with a tensor-core GEMM reach it (`Build::Gemm`); of those the
 /// row-scaled ones need nothing more, the scaled ones [`Tuning::gemm_wgmma_scaled`].
 pub fn wgmma_gemm(tuning: &Tuning, arch: &str, fmt: u32, parts: u32) -> bool {
-    use crate::caps::fmt_id;
     tuning.gemm_wgmma
         && arch == "sm_90"
-        && (tuning.gemm_wgmma_scaled || matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW))
+        && (tuning.gemm_wgmma_scaled || crate::caps::row_scaled(fmt))
         && tuning.gemm_nt(parts) == 8
         && tuning.wgmma_block_fits()
 }

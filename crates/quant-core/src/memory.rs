@@ -76,14 +76,6 @@ impl WeightBytes {
         buf.resize(start, 0);
         WeightBytes { buf, start, len }
     }
-
-    /// The bytes as a `Vec` (a copy unless they already start the allocation).
-    pub fn into_vec(self) -> Vec<u8> {
-        if self.start == 0 {
-            return self.buf;
-        }
-        self.to_vec()
-    }
 }
 
 impl std::ops::Deref for WeightBytes {
@@ -96,12 +88,6 @@ impl std::ops::Deref for WeightBytes {
 impl std::ops::DerefMut for WeightBytes {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.buf[self.start..self.start + self.len]
-    }
-}
-
-impl AsRef<[u8]> for WeightBytes {
-    fn as_ref(&self) -> &[u8] {
-        self
     }
 }
 
@@ -128,12 +114,6 @@ impl PartialEq<Vec<u8>> for WeightBytes {
 impl PartialEq<WeightBytes> for Vec<u8> {
     fn eq(&self, other: &WeightBytes) -> bool {
         **self == **other
-    }
-}
-
-impl PartialEq<[u8]> for WeightBytes {
-    fn eq(&self, other: &[u8]) -> bool {
-        **self == *other
     }
 }
 
@@ -248,7 +228,6 @@ mod tests {
             let c = weight_copy(&src);
             assert_eq!(*c, *src);
             assert_eq!(c.clone(), c);
-            assert_eq!(c.clone().into_vec(), src);
             assert_eq!(*WeightBytes::from(src.clone()), *src);
         }
     }
