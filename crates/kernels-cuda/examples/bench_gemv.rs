@@ -13,7 +13,8 @@
 //!                   [--read 50331648,...] [--read-only]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
 //! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
-//! hint, 8-warp blocks everywhere); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
+//! hint, 8-warp blocks everywhere); `pdlall` (programmatic launches on every grid, the
+//! rule's exception too); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
 //! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
 //! builds, wrong results by design); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
@@ -125,6 +126,14 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
     if name == "nopersist" || name == "pauto" {
         return Ok(Tuning {
             mma_persistent: (name == "nopersist").then_some(false),
+            ..Tuning::default()
+        });
+    }
+    // "pdlall": a programmatic launch on every 16-row grid, the rule's exception too
+    // (Tuning::pdl_every_grid).
+    if name == "pdlall" {
+        return Ok(Tuning {
+            pdl_every_grid: true,
             ..Tuning::default()
         });
     }

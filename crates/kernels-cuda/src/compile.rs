@@ -158,6 +158,12 @@ pub struct Tuning {
     /// previous kernel of the stream finishes; grids that [`crate::layout::pdl_pays`]
     /// rejects launch plainly (the kernel's wait is then a no-op).
     pub pdl: bool,
+    /// With [`Tuning::pdl`], every 16-row grid takes the programmatic launch, not only those
+    /// [`crate::layout::pdl_pays`] accepts (`TESSERA_CUDA_PDL=all`). The rule's one exception
+    /// (grids of 1-2.5 waves of SMs: O = 4096 here) was measured in session 4, before such
+    /// grids ran 12-warp blocks two a SM ([`Tuning::mma_small_grid_warps`]); off by default
+    /// until it is measured again (docs/CUDA.md "Session 27").
+    pub pdl_every_grid: bool,
     /// The split-K tile GEMV ([`Build::GemvTiles`]): `None` lets [`crate::KernelPath::Auto`]
     /// follow the capability table ([`crate::caps::Capability::tiles_from`]); `Some(n)`
     /// runs it for S >= n wherever the tensor cores take the shape (`Some(0)`: never,
@@ -203,6 +209,7 @@ impl Default for Tuning {
             mma_classes: true,
             mma_segment_p: false,
             pdl: true,
+            pdl_every_grid: false,
             gemm_nt_split: 8,
             gemm_nt_f16: 8,
             gemm_stages: 4,

@@ -350,7 +350,7 @@ impl CudaBackend {
     /// `Some(false)` or `None` (the rule; engines measuring both paths in one run, the
     /// results are the same). Any other value leaves the default. `TESSERA_CUDA_WGMMA=1`
     /// (or `0`) sets [`Tuning::gemm_wgmma`], `TESSERA_CUDA_WGMMA_SCALED=1` (or `0`)
-    /// [`Tuning::gemm_wgmma_scaled`].
+    /// [`Tuning::gemm_wgmma_scaled`], `TESSERA_CUDA_PDL=all` [`Tuning::pdl_every_grid`].
     pub fn new() -> Result<CudaBackend, CudaError> {
         let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
             Ok("on") => Some(true),
@@ -368,12 +368,14 @@ impl CudaBackend {
             Ok("0") => false,
             _ => Tuning::default().gemm_wgmma_scaled,
         };
+        let pdl_every_grid = std::env::var("TESSERA_CUDA_PDL").as_deref() == Ok("all");
         Self::open(
             None,
             Tuning {
                 mma_persistent,
                 gemm_wgmma,
                 gemm_wgmma_scaled,
+                pdl_every_grid,
                 ..Tuning::default()
             },
         )
@@ -974,7 +976,7 @@ impl CudaBackend {
                 block_dim: (32 * tuning.mma_warps, 1, 1),
                 shared_mem_bytes: 0,
             };
-            if tuning.pdl && layout::pdl_pays(cfg.grid_dim.0, self.sms) {
+            if layout::pdl_launch(&tuning, cfg.grid_dim.0, self.sms) {
                 return self.launch_rows_pdl(&f, cfg, w, (xh, xa), y);
             }
             let mut b = self.stream.launch_builder(&f);
@@ -1057,7 +1059,7 @@ impl CudaBackend {
             .ok_or_else(|| shape_err("persistent scratch overflows".into()))?;
         scratch.ensure(&self.stream, need, tiles)?;
         let SplitScratch { partials, counters } = &mut *scratch;
-        let pdl = tuning.pdl && layout::pdl_pays(plan.grid, self.sms);
+        let pdl = layout::pdl_launch(tuning, plan.grid, self.sms);
         self.launch_rows_scratch(
             &f,
             cfg,

@@ -299,6 +299,12 @@ pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
     !(b > sms && 2 * b < 5 * sms)
 }
 
+/// Whether a 16-row GEMV launch of `blocks` blocks with `tuning` is programmatic:
+/// [`Tuning::pdl`], and [`pdl_pays`] or [`Tuning::pdl_every_grid`].
+pub fn pdl_launch(tuning: &Tuning, blocks: u32, sms: usize) -> bool {
+    tuning.pdl && (tuning.pdl_every_grid || pdl_pays(blocks, sms))
+}
+
 /// The power of two p of one activation row or segment (max |x p| in [2^14, 2^15),
 /// clamped so 1/p stays a normal f32). The exponent comes from max's bits, as split.cuh's
 /// `ts_split_p` takes it, so host and device pick the same p.
@@ -677,6 +683,26 @@ pub fn prepare_activations(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pdl_every_grid_overrides_the_rule_and_pdl_off_wins() {
+        let sms = 132;
+        // 256 blocks (O = 4096): the rule's exception.
+        assert!(!pdl_launch(&Tuning::default(), 256, sms));
+        assert!(pdl_launch(&Tuning::default(), 384, sms));
+        let every = Tuning {
+            pdl_every_grid: true,
+            ..Tuning::default()
+        };
+        assert!(pdl_launch(&every, 256, sms));
+        for blocks in [1, 256, 384] {
+            let off = Tuning {
+                pdl: false,
+                ..every.clone()
+            };
+            assert!(!pdl_launch(&off, blocks, sms), "{blocks} blocks");
+        }
+    }
+
     #[test]
     fn pdl_skips_only_grids_between_one_and_two_and_a_half_waves_of_sms() {
         let sms = 132;
