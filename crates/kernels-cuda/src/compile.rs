@@ -162,7 +162,8 @@ pub struct Tuning {
     /// [`crate::layout::pdl_pays`] accepts (`TESSERA_CUDA_PDL=all`). The rule's one exception
     /// (grids of 1-2.5 waves of SMs: O = 4096 here) was measured in session 4, before such
     /// grids ran 12-warp blocks two a SM ([`Tuning::mma_small_grid_warps`]); off by default
-    /// until it is measured again (docs/CUDA.md "Session 27").
+    /// until it is measured again (docs/CUDA.md "Measured, session 27"). A launch choice:
+    /// builds that differ only in it are one module.
     pub pdl_every_grid: bool,
     /// The split-K tile GEMV ([`Build::GemvTiles`]): `None` lets [`crate::KernelPath::Auto`]
     /// follow the capability table ([`crate::caps::Capability::tiles_from`]); `Some(n)`

@@ -494,9 +494,10 @@ impl CudaBackend {
             s,
             arch: self.arch.clone(),
             mutation: self.mutation,
-            // A host-side choice between builds (the build says which): tunings that differ
-            // only in it share their modules.
+            // Host-side choices (between builds, which the build names, or of how a build is
+            // launched): tunings that differ only in them share their modules.
             tuning: Tuning {
+                pdl_every_grid: Tuning::default().pdl_every_grid,
                 mma_persistent: Tuning::default().mma_persistent,
                 mma_persist_grid: Tuning::default().mma_persist_grid,
                 gemm_split_k: Tuning::default().gemm_split_k,
