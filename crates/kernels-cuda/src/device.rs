@@ -350,7 +350,8 @@ impl CudaBackend {
     /// `Some(false)` or `None` (the rule; engines measuring both paths in one run, the
     /// results are the same). Any other value leaves the default. `TESSERA_CUDA_WGMMA=1`
     /// (or `0`) sets [`Tuning::gemm_wgmma`], `TESSERA_CUDA_WGMMA_SCALED=1` (or `0`)
-    /// [`Tuning::gemm_wgmma_scaled`], `TESSERA_CUDA_PDL=all` [`Tuning::pdl_every_grid`].
+    /// [`Tuning::gemm_wgmma_scaled`], `TESSERA_CUDA_PDL=all` (or `rule`) sets
+    /// [`Tuning::pdl_every_grid`] (or clears it: [`crate::layout::pdl_pays`] decides).
     pub fn new() -> Result<CudaBackend, CudaError> {
         let mma_persistent = match std::env::var("TESSERA_CUDA_PERSISTENT").as_deref() {
             Ok("on") => Some(true),
@@ -368,7 +369,11 @@ impl CudaBackend {
             Ok("0") => false,
             _ => Tuning::default().gemm_wgmma_scaled,
         };
-        let pdl_every_grid = std::env::var("TESSERA_CUDA_PDL").as_deref() == Ok("all");
+        let pdl_every_grid = match std::env::var("TESSERA_CUDA_PDL").as_deref() {
+            Ok("all") => true,
+            Ok("rule") => false,
+            _ => Tuning::default().pdl_every_grid,
+        };
         Self::open(
             None,
             Tuning {

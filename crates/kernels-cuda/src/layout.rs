@@ -293,7 +293,9 @@ pub fn rows_persistent(tuning: &Tuning, s: usize, tiles: usize, nibbles: bool, s
 /// (3 a SM at S <= 4); when that is half the grid or more while the grid is larger than
 /// the device (SMs < blocks < 2.5 SMs: O = 4096 on the H200), they pile onto some SMs and
 /// the launch ran longer (H200, 2026-11-30: [4096 x 14336] int4-row 15.0 -> 18.7 us
-/// queued); smaller and larger grids gained 0.5-3 us (docs/CUDA.md).
+/// queued); smaller and larger grids gained 0.5-3 us (docs/CUDA.md). Since session 28 it
+/// decides only where [`Tuning::pdl_every_grid`] is off (`TESSERA_CUDA_PDL=rule`): with
+/// 12-warp blocks two a SM, those grids ran faster with the programmatic launch on an H100.
 pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
     let b = blocks as usize;
     !(b > sms && 2 * b < 5 * sms)
@@ -686,20 +688,24 @@ mod tests {
     #[test]
     fn pdl_every_grid_overrides_the_rule_and_pdl_off_wins() {
         let sms = 132;
-        // 256 blocks (O = 4096): the rule's exception.
-        assert!(!pdl_launch(&Tuning::default(), 256, sms));
+        // 256 blocks (O = 4096): the rule's exception, programmatic by default.
+        assert!(pdl_launch(&Tuning::default(), 256, sms));
         assert!(pdl_launch(&Tuning::default(), 384, sms));
-        let every = Tuning {
-            pdl_every_grid: true,
+        let rule = Tuning {
+            pdl_every_grid: false,
             ..Tuning::default()
         };
-        assert!(pdl_launch(&every, 256, sms));
+        assert!(!pdl_launch(&rule, 256, sms));
+        assert!(pdl_launch(&rule, 384, sms));
         for blocks in [1, 256, 384] {
-            let off = Tuning {
-                pdl: false,
-                ..every.clone()
-            };
-            assert!(!pdl_launch(&off, blocks, sms), "{blocks} blocks");
+            for every in [true, false] {
+                let off = Tuning {
+                    pdl: false,
+                    pdl_every_grid: every,
+                    ..Tuning::default()
+                };
+                assert!(!pdl_launch(&off, blocks, sms), "{blocks} blocks");
+            }
         }
     }
 
