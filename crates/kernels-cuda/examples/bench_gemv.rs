@@ -13,8 +13,8 @@
 //!                   [--read 50331648,...] [--read-only]
 //! `--tunings` times the tensor-core kernels once per tuning: `default`; `nopdl` (plain
 //! launches), `noclass` (int4-g32/g64 in their own chunk), `base` (both, and no L2 prefetch
-//! hint, 8-warp blocks everywhere); `pdlall` (programmatic launches on every grid, the
-//! default) / `pdlrule` (only where `layout::pdl_pays` says); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
+//! hint, 8-warp blocks everywhere); `pdlall` (programmatic launches on every grid) /
+//! `pdlrule` (only where `layout::pdl_pays` says: the default); `nopf` (no L2 prefetch hint); `nowide` (8-warp blocks on
 //! small grids too); `s4` (both: session 4's default); `diag1` / `diag2` (diagnostic
 //! builds, wrong results by design); `rows` (the 16-row
 //! tensor-core GEMV; `rowsc1` with one accumulator chain); `t<warps>d<depth>b<min blocks>k<blocks per SM>[m<min stages>][s<x
@@ -129,8 +129,8 @@ fn parse_tuning(name: &str) -> Result<Tuning, String> {
             ..Tuning::default()
         });
     }
-    // "pdlall": a programmatic launch on every 16-row grid (Tuning::pdl_every_grid, the
-    // default since session 28); "pdlrule": only on the grids layout::pdl_pays accepts.
+    // "pdlall": a programmatic launch on every 16-row grid (Tuning::pdl_every_grid);
+    // "pdlrule": only on the grids layout::pdl_pays accepts (the default).
     if name == "pdlall" || name == "pdlrule" {
         return Ok(Tuning {
             pdl_every_grid: name == "pdlall",

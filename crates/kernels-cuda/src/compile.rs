@@ -155,19 +155,16 @@ pub struct Tuning {
     pub mma_segment_p: bool,
     /// Programmatic dependent launch of the 16-row tensor-core GEMV and of `tile_prep`
     /// (`-DTS_PDL`, `cuLaunchKernelEx`): the GEMV may start and load weights while the
-    /// previous kernel of the stream finishes. Without [`Tuning::pdl_every_grid`], grids
-    /// that [`crate::layout::pdl_pays`] rejects launch plainly (the kernel's wait is then a
-    /// no-op).
+    /// previous kernel of the stream finishes. Without [`Tuning::pdl_every_grid`] (the
+    /// default), grids that [`crate::layout::pdl_pays`] rejects launch plainly (the
+    /// kernel's wait is then a no-op).
     pub pdl: bool,
     /// With [`Tuning::pdl`], every 16-row grid takes the programmatic launch, not only those
-    /// [`crate::layout::pdl_pays`] accepts. On by default since session 28: the rule's one
-    /// exception (grids of 1-2.5 waves of SMs: O = 4096 here) was measured in session 4 on
-    /// the H200, before such grids ran 12-warp blocks two a SM
-    /// ([`Tuning::mma_small_grid_warps`]); on an H100 in session 28 every such grid timed ran
-    /// faster with the programmatic launch (the engine's step 2262 -> 2220 us, docs/CUDA.md
-    /// "Measured, session 28"). `TESSERA_CUDA_PDL=rule` turns it off (the rule decides), for
-    /// the H200 comparison not yet run. A launch choice: builds that differ only in it are one
-    /// module.
+    /// [`crate::layout::pdl_pays`] accepts (`TESSERA_CUDA_PDL=all`; `=rule` keeps the rule).
+    /// Off by default: in session 28 (three H100 machines, docs/CUDA.md "Measured, session
+    /// 28") it made the O = 4096 GEMVs 0.3-1.3 us faster alone in `bench_gemv`, but the
+    /// engine's step 41-43 us slower on two machines (14 runs in a balanced order) and 42 us
+    /// faster on the third. A launch choice: builds that differ only in it are one module.
     pub pdl_every_grid: bool,
     /// The split-K tile GEMV ([`Build::GemvTiles`]): `None` lets [`crate::KernelPath::Auto`]
     /// follow the capability table ([`crate::caps::Capability::tiles_from`]); `Some(n)`
@@ -214,7 +211,7 @@ impl Default for Tuning {
             mma_classes: true,
             mma_segment_p: false,
             pdl: true,
-            pdl_every_grid: true,
+            pdl_every_grid: false,
             gemm_nt_split: 8,
             gemm_nt_f16: 8,
             gemm_stages: 4,

@@ -293,9 +293,10 @@ pub fn rows_persistent(tuning: &Tuning, s: usize, tiles: usize, nibbles: bool, s
 /// (3 a SM at S <= 4); when that is half the grid or more while the grid is larger than
 /// the device (SMs < blocks < 2.5 SMs: O = 4096 on the H200), they pile onto some SMs and
 /// the launch ran longer (H200, 2026-11-30: [4096 x 14336] int4-row 15.0 -> 18.7 us
-/// queued); smaller and larger grids gained 0.5-3 us (docs/CUDA.md). Since session 28 it
-/// decides only where [`Tuning::pdl_every_grid`] is off (`TESSERA_CUDA_PDL=rule`): with
-/// 12-warp blocks two a SM, those grids ran faster with the programmatic launch on an H100.
+/// queued); smaller and larger grids gained 0.5-3 us (docs/CUDA.md). Re-timed on H100s in
+/// session 28 with 12-warp blocks two a SM: alone those grids ran slightly faster with the
+/// programmatic launch, inside the engine's step mostly slower, so the rule stands
+/// ([`Tuning::pdl_every_grid`] overrides it).
 pub fn pdl_pays(blocks: u32, sms: usize) -> bool {
     let b = blocks as usize;
     !(b > sms && 2 * b < 5 * sms)
@@ -688,20 +689,20 @@ mod tests {
     #[test]
     fn pdl_every_grid_overrides_the_rule_and_pdl_off_wins() {
         let sms = 132;
-        // 256 blocks (O = 4096): the rule's exception, programmatic by default.
-        assert!(pdl_launch(&Tuning::default(), 256, sms));
+        // 256 blocks (O = 4096): the rule's exception, a plain launch by default.
+        assert!(!pdl_launch(&Tuning::default(), 256, sms));
         assert!(pdl_launch(&Tuning::default(), 384, sms));
-        let rule = Tuning {
-            pdl_every_grid: false,
+        let every = Tuning {
+            pdl_every_grid: true,
             ..Tuning::default()
         };
-        assert!(!pdl_launch(&rule, 256, sms));
-        assert!(pdl_launch(&rule, 384, sms));
+        assert!(pdl_launch(&every, 256, sms));
+        assert!(pdl_launch(&every, 384, sms));
         for blocks in [1, 256, 384] {
-            for every in [true, false] {
+            for every_grid in [true, false] {
                 let off = Tuning {
                     pdl: false,
-                    pdl_every_grid: every,
+                    pdl_every_grid: every_grid,
                     ..Tuning::default()
                 };
                 assert!(!pdl_launch(&off, blocks, sms), "{blocks} blocks");
