@@ -28,7 +28,9 @@
 //!
 //! The default is prefetch on Intel CPUs and none elsewhere: on an AMD EPYC VM a
 //! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
-//! module's form has not been timed there. `TESSERA_PREFETCH=<bytes>` sets the total of the
+//! module's form lost 3-5 points there for int8-row, fp8 and mq4-g256-v2 (session 28). The
+//! int4 quad body of the int8-activation path prefetches on every CPU ([`total_int4`]): on
+//! that VM it gained. `TESSERA_PREFETCH=<bytes>` sets the total of the
 //! multi-row tiles (0 turns every prefetch off) and `TESSERA_PREFETCH_ONE=<near>,<far>` the
 //! one-row distances (`4096,0` is session 16's form), so the choice can be measured on any
 //! machine.
@@ -49,12 +51,31 @@ const LINE: usize = 64;
 /// The total prefetch distance in bytes for this process: `TESSERA_PREFETCH` if set and a
 /// number, else 4096 on Intel CPUs and 0 elsewhere. Cached.
 pub fn total() -> usize {
+    // Cached whole: `is_intel` is a `cpuid`, which traps to the hypervisor in a VM (uncached,
+    // the affine body's per-tile call made mq4-g256-v2 40x slower on the AMD VM).
     static TOTAL: OnceLock<usize> = OnceLock::new();
+    *TOTAL.get_or_init(|| env_total().unwrap_or_else(|| if is_intel() { INTEL_TOTAL } else { 0 }))
+}
+
+/// [`total`] for the int4 quad body of the int8-activation path (int4-row, int4-g{gs},
+/// [`super::int8act`]): `TESSERA_PREFETCH` if set, else 4096 on every CPU. Why not
+/// [`total`]'s Intel-only default: on the 2-core AMD EPYC VM (2026-12-07 15:31-15:57 UTC,
+/// `read-pair`, 29 rounds rotating four settings, docs/PERF.md "Session 28") the int4 bodies
+/// read 87-92% of the read without prefetch and 92-101% with it on [4096 x 4096] and
+/// [14336 x 4096] in calls where the read ran below 38 GB/s, and 69-85% against 80-95% where
+/// it ran at 45 GB/s or more; int8-row, fp8 and mq4-g256-v2 lost 2-5 points with it below
+/// 38 GB/s and were even at 45 or more, so their default stays off there.
+pub(crate) fn total_int4() -> usize {
+    env_total().unwrap_or(INTEL_TOTAL)
+}
+
+/// `TESSERA_PREFETCH` as a number of bytes, if set and one. Cached.
+fn env_total() -> Option<usize> {
+    static TOTAL: OnceLock<Option<usize>> = OnceLock::new();
     *TOTAL.get_or_init(|| {
         std::env::var("TESSERA_PREFETCH")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| if is_intel() { INTEL_TOTAL } else { 0 })
     })
 }
 
@@ -118,6 +139,12 @@ fn one_stream() -> Ahead {
 #[inline]
 pub(crate) fn per_stream(streams: usize) -> Ahead {
     plan(total(), one_stream(), streams)
+}
+
+/// [`per_stream`] with [`total_int4`]: the int4 quad body's distances.
+#[inline]
+pub(crate) fn per_stream_int4(streams: usize) -> Ahead {
+    plan(total_int4(), one_stream(), streams)
 }
 
 /// The distances of a row walked in column panels ([`super::int8act`]'s long rows at

@@ -49,10 +49,34 @@ pub(crate) fn ahead(
     streams: usize,
     row_bytes: usize,
 ) -> prefetch::Ahead {
+    pick(walked, all, row_bytes, || prefetch::per_stream(streams))
+}
+
+/// [`ahead`] for the int4 quad body: its whole rows take [`prefetch::per_stream_int4`].
+#[inline]
+pub(crate) fn ahead_int4(
+    walked: usize,
+    all: usize,
+    streams: usize,
+    row_bytes: usize,
+) -> prefetch::Ahead {
+    pick(walked, all, row_bytes, || {
+        prefetch::per_stream_int4(streams)
+    })
+}
+
+/// A panel's distances where `walked < all`, else `whole()`.
+#[inline]
+fn pick(
+    walked: usize,
+    all: usize,
+    row_bytes: usize,
+    whole: impl FnOnce() -> prefetch::Ahead,
+) -> prefetch::Ahead {
     if walked < all {
         prefetch::panel_stream(row_bytes)
     } else {
-        prefetch::per_stream(streams)
+        whole()
     }
 }
 
@@ -129,6 +153,8 @@ mod tests {
         let (panel, whole) = (ahead(1, 2, 8, 1000), ahead(2, 2, 8, 1000));
         assert_eq!(panel, prefetch::panel_stream(1000));
         assert_eq!(whole, prefetch::per_stream(8));
+        assert_eq!(ahead_int4(1, 2, 8, 1000), panel);
+        assert_eq!(ahead_int4(2, 2, 8, 1000), prefetch::per_stream_int4(8));
         if panel != prefetch::Ahead::OFF {
             assert_eq!(panel.far, 2000);
             assert_ne!(panel, whole);

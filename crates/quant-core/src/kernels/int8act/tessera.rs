@@ -458,7 +458,7 @@ impl Int4Body<'_, '_> {
             }
         }
         let all = self.chunks.div_ceil(4);
-        let ahead = panels::ahead(self.quads.len(), all, R, self.t.row_bytes());
+        let ahead = panels::ahead_int4(self.quads.len(), all, R, self.t.row_bytes());
         // Whole quads of int4-row and int4-g64 in a loop of their own: no tail copies,
         // no group counting, the prefetch's two lines a row unrolled (one thread in
         // cache, 1024 x 16384: int4-row 303 -> 267 us, int4-g64 349 -> 318, against 254 for
@@ -488,7 +488,7 @@ impl Int4Body<'_, '_> {
                 unsafe { self.quad::<Q, R, T>(by_row, &w, j, &sv, &x, &mut acc) };
             }};
         }
-        // Without prefetch (the default off Intel), a loop that does not carry the
+        // Without prefetch (`TESSERA_PREFETCH=0`), a loop that does not carry the
         // distances: with them, int4-g64's one-row loop kept its pointers on the stack.
         if ahead == prefetch::Ahead::OFF {
             for j in q0..fast_end {
