@@ -60,10 +60,10 @@ pub fn total() -> usize {
 /// [`total`] for the int4 quad body of the int8-activation path (int4-row, int4-g{gs},
 /// [`super::int8act`]): `TESSERA_PREFETCH` if set, else 4096 on every CPU. Why not
 /// [`total`]'s Intel-only default: on the 2-core AMD EPYC VM (2026-12-07 15:31-15:57 UTC,
-/// `read-pair`, 29 rounds rotating four settings, docs/PERF.md "Session 28") the int4 bodies
-/// read 87-92% of the read without prefetch and 92-101% with it on [4096 x 4096] and
+/// `read-pair`, 30 rounds rotating four settings, docs/PERF.md "Session 28") the int4 bodies
+/// read 88-93% of the read without prefetch and 92-100% with it on [4096 x 4096] and
 /// [14336 x 4096] in calls where the read ran below 38 GB/s, and 69-85% against 80-95% where
-/// it ran at 45 GB/s or more; int8-row, fp8 and mq4-g256-v2 lost 2-5 points with it below
+/// it ran at 45 GB/s or more; int8-row, fp8 and mq4-g256-v2 lost 3-5 points with it below
 /// 38 GB/s and were even at 45 or more, so their default stays off there.
 pub(crate) fn total_int4() -> usize {
     env_total().unwrap_or(INTEL_TOTAL)
