@@ -29,7 +29,7 @@
 //! The default is prefetch on Intel CPUs and none elsewhere: on an AMD EPYC VM a
 //! `prefetcht0` ahead of the q4_k stream measured slower (2026-11-30, kzmm.rs), and this
 //! module's form lost 3-5 points there for int8-row, fp8 and mq4-g256-v2 (session 28). The
-//! int4 quad body of the int8-activation path prefetches on every CPU ([`total_int4`]): on
+//! int4 quad body of the int8-activation path prefetches on every CPU (`total_int4`): on
 //! that VM it gained. `TESSERA_PREFETCH=<bytes>` sets the total of the
 //! multi-row tiles (0 turns every prefetch off) and `TESSERA_PREFETCH_ONE=<near>,<far>` the
 //! one-row distances (`4096,0` is session 16's form), so the choice can be measured on any
