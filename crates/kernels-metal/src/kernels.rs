@@ -428,10 +428,16 @@ pub const INT8_X_BIAS: u32 = 0x4B40_0000;
 
 /// A block whose largest |x| exceeds this many times the mean |x| of its other 31 takes the
 /// f32 path: the planes' error, up to d / 2^17 = max |x| / (127 * 2^17) an element, then stays
-/// below 128 / (127 * 2^17) < 1e-5 of the block's typical |x|. Without it one outlier
+/// below 32 / (127 * 2^17) < 2e-6 of the block's typical |x|. Without it one outlier
 /// (1e4 among N(0, 1) values) cost 1e-4 of sum |w x| on rows whose weight under the
-/// outlier is small (measured on lavapipe, kernels-rocm's device test).
-const INT8_X_OUTLIER: f64 = 128.0;
+/// outlier is small (measured on lavapipe, kernels-rocm's device test). It was 128 until
+/// session 28, when a CI run drew a 50 among N(0, 1) values (62 times their mean) in the
+/// block under the one weight that an int4-g64 row kept after quantization, that weight on
+/// an |x| of about 0.02: 1.014e-4 of sum |w x| (the wgpu conformance suite, seed
+/// 1796662088840016110, I < group O = 9 I = 63). The planes' error is relative to the
+/// block's largest |x|, so a row whose sum |w x| rests on one small activation can still
+/// exceed 1e-4 where that block's range is wide; this bound makes it rarer, not impossible.
+const INT8_X_OUTLIER: f64 = 32.0;
 
 /// Activations below this (in absolute value, the block's largest) take the f32 path:
 /// d / 256 stays a normal f32 above it.
