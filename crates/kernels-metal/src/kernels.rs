@@ -856,6 +856,24 @@ mod tests {
     }
 
     #[test]
+    fn a_large_channel_among_unit_values_reads_its_floats() {
+        // The conformance suite's large channel: 50 among values of mean |x| 0.8 (62 times
+        // it). Packed, the block cost 1.014e-4 of sum |w x| on a row whose one weight sat
+        // on an |x| of 0.02 (session 28); its header must send it to the f32 path.
+        let mut x: Vec<f32> = (0..64)
+            .map(|k| if k % 2 == 0 { 0.8 } else { -0.8 })
+            .collect();
+        x[7] = 50.0;
+        x[40] = 20.0; // 25 times the others' mean: still packed
+        let w = pack_int8_activations(&x);
+        assert!(
+            f32::from_bits(w[24]).is_nan(),
+            "block 0 must take the f32 path"
+        );
+        assert!(!f32::from_bits(w[28 + 24]).is_nan(), "block 1 stays packed");
+    }
+
+    #[test]
     fn int8_activations_reconstruct_x_within_d_over_2_17() {
         let mut x: Vec<f32> = (0..256)
             .map(|k| ((k * 7919 % 1000) as f32 - 500.0) * 0.013)

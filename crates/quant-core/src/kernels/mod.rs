@@ -167,37 +167,11 @@ pub fn kernel_for(format: Format) -> &'static dyn RowKernel {
     }
 }
 
-/// Stored weight bytes one parallel task takes by default.
-const TASK_BYTES: usize = 262_144;
-
-/// Rows one parallel task takes: about [`TASK_BYTES`] of stored weights (or
-/// `TESSERA_TASK_BYTES`, [`task_bytes`]), at least 8 rows, and a multiple of 4 so the
-/// four-row micro-kernels rarely see a remainder; with `TESSERA_TASK_BYTES=0`, one
-/// contiguous share of the rows a rayon thread (so each thread streams one region).
+/// Rows one parallel task takes: about 256 KiB of stored weights, at least 8 rows, and a
+/// multiple of 4 so the four-row micro-kernels rarely see a remainder. (One contiguous
+/// share a thread instead measured no faster on the 2-core AMD VM: docs/PERF.md, session 28.)
 fn task_rows(t: &QTensor<'_>) -> usize {
-    match task_bytes() {
-        0 => t
-            .rows()
-            .div_ceil(rayon::current_num_threads().max(1))
-            .next_multiple_of(4)
-            .max(8),
-        b => (b / t.row_bytes().max(1)).clamp(8, 4096) / 4 * 4,
-    }
-}
-
-/// The task size for this process: `TESSERA_TASK_BYTES` if set and a number (0: one share
-/// a thread), else [`TASK_BYTES`]. Cached. Why a knob: on the 2-core AMD VM the kernels
-/// stream at 92-110% of the read while it reads 31-35 GB/s, but near 35 GB/s when it reads
-/// 45-60, where a bare C loop over two contiguous halves kept up (docs/PERF.md, session
-/// 24); rayon's 256 KiB tasks are one of the two differences, measurable this way.
-fn task_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        std::env::var("TESSERA_TASK_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(TASK_BYTES)
-    })
+    (262_144 / t.row_bytes().max(1)).clamp(8, 4096) / 4 * 4
 }
 
 /// y[S, O] = x[S, I] · Wᵀ with x in the logical domain (rotated here for rotated formats).

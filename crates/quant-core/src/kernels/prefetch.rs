@@ -272,6 +272,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_int4_body_prefetches_on_every_cpu_unless_told_otherwise() {
+        match env_total() {
+            // TESSERA_PREFETCH decides for every body alike.
+            Some(t) => assert_eq!((total_int4(), total()), (t, t)),
+            None => {
+                assert_eq!(total_int4(), INTEL_TOTAL);
+                assert_ne!(per_stream_int4(1), Ahead::OFF);
+                assert_ne!(per_stream_int4(8), Ahead::OFF);
+                assert_eq!(total(), if is_intel() { INTEL_TOTAL } else { 0 });
+            }
+        }
+    }
+
+    #[test]
     fn the_total_is_shared_out_in_whole_lines() {
         assert_eq!(share(4096, 1), 4096);
         assert_eq!(share(4096, 8), 512);

@@ -186,7 +186,7 @@ impl Int8Kernel for Fp8Bf16 {
             let units = t.cols().div_ceil(UNIT);
             in_panels(true, units, a.s, &mut out[..n * a.s], |u0, u1, out| {
                 let per = UNIT / CHUNK;
-                let ahead = panels::ahead(u1 - u0, units, 1, t.row_bytes());
+                let ahead = panels::ahead(u1 - u0, units, t.row_bytes(), prefetch::per_stream(1));
                 walk_rows(per * u0..(per * u1).min(nch), ahead, out)
             });
             return;

@@ -198,7 +198,12 @@ impl<B: QBlock> QBody for GgmlBody<'_, '_, B> {
             neg: zero,
         }; T]; R];
         let mut blk = [std::ptr::null::<u8>(); R];
-        let ahead = panels::ahead(self.walk.len(), self.units, R, self.t.row_bytes());
+        let ahead = panels::ahead(
+            self.walk.len(),
+            self.units,
+            self.t.row_bytes(),
+            prefetch::per_stream(R),
+        );
         for j in self.walk.clone() {
             for r in 0..R {
                 prefetch::lines(rows[r], j * B::BB, B::BB, ahead);

@@ -88,7 +88,7 @@ impl Int8Kernel for ZmmOneRow {
                     .dot_rows_panels(panels, level, t, a, row0, n, out);
             }
             in_panels(panels, blocks, 1, &mut out[..n], |b0, b1, out| {
-                let ahead = panels::ahead(b1 - b0, blocks, 1, t.row_bytes());
+                let ahead = panels::ahead(b1 - b0, blocks, t.row_bytes(), prefetch::per_stream(1));
                 for (r, y) in out.iter_mut().enumerate() {
                     let row = [t.row(row0 + r).as_ptr()];
                     // SAFETY: the level was clamped to the hardware by `gemm_with_at`, so

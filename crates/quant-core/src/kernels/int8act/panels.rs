@@ -38,45 +38,21 @@ pub(crate) fn enabled() -> bool {
 /// Weights in one panel unit: the 256-weight quads and blocks the panelled bodies walk.
 pub(crate) const UNIT: usize = 256;
 
-/// How far ahead each of `streams` rows side by side asks for its lines, for a body that
-/// walks `walked` of a row's `all` steps: a column panel's distances
-/// ([`prefetch::panel_stream`]) where it walks fewer than all, the whole row's
-/// ([`prefetch::per_stream`]) otherwise.
+/// How far ahead each row asks for its lines, for a body that walks `walked` of a row's
+/// `all` steps: a column panel's distances ([`prefetch::panel_stream`]) where it walks
+/// fewer than all, `whole` (the body's whole-row distances: [`prefetch::per_stream`], or
+/// [`prefetch::per_stream_int4`] for the int4 quad body) otherwise.
 #[inline]
 pub(crate) fn ahead(
     walked: usize,
     all: usize,
-    streams: usize,
     row_bytes: usize,
-) -> prefetch::Ahead {
-    pick(walked, all, row_bytes, || prefetch::per_stream(streams))
-}
-
-/// [`ahead`] for the int4 quad body: its whole rows take [`prefetch::per_stream_int4`].
-#[inline]
-pub(crate) fn ahead_int4(
-    walked: usize,
-    all: usize,
-    streams: usize,
-    row_bytes: usize,
-) -> prefetch::Ahead {
-    pick(walked, all, row_bytes, || {
-        prefetch::per_stream_int4(streams)
-    })
-}
-
-/// A panel's distances where `walked < all`, else `whole()`.
-#[inline]
-fn pick(
-    walked: usize,
-    all: usize,
-    row_bytes: usize,
-    whole: impl FnOnce() -> prefetch::Ahead,
+    whole: prefetch::Ahead,
 ) -> prefetch::Ahead {
     if walked < all {
         prefetch::panel_stream(row_bytes)
     } else {
-        whole()
+        whole
     }
 }
 
@@ -150,11 +126,10 @@ mod tests {
 
     #[test]
     fn a_panel_asks_two_rows_ahead_a_whole_row_as_before() {
-        let (panel, whole) = (ahead(1, 2, 8, 1000), ahead(2, 2, 8, 1000));
+        let rows = prefetch::per_stream(8);
+        let (panel, whole) = (ahead(1, 2, 1000, rows), ahead(2, 2, 1000, rows));
         assert_eq!(panel, prefetch::panel_stream(1000));
-        assert_eq!(whole, prefetch::per_stream(8));
-        assert_eq!(ahead_int4(1, 2, 8, 1000), panel);
-        assert_eq!(ahead_int4(2, 2, 8, 1000), prefetch::per_stream_int4(8));
+        assert_eq!(whole, rows);
         if panel != prefetch::Ahead::OFF {
             assert_eq!(panel.far, 2000);
             assert_ne!(panel, whole);

@@ -144,7 +144,12 @@ impl QBody for Int8Body<'_, '_> {
         // padded past `blocks * 32` values.
         let mut acc = [[unsafe { Q::fzero() }; T]; R];
         let mut w = [std::ptr::null::<u8>(); R];
-        let ahead = panels::ahead(self.walk.len(), self.blocks, R, self.t.row_bytes());
+        let ahead = panels::ahead(
+            self.walk.len(),
+            self.blocks,
+            self.t.row_bytes(),
+            prefetch::per_stream(R),
+        );
         for j in self.walk.start..self.walk.end.min(self.full) {
             for r in 0..R {
                 prefetch::lines(rows[r], 32 * j, 32, ahead);
@@ -458,7 +463,12 @@ impl Int4Body<'_, '_> {
             }
         }
         let all = self.chunks.div_ceil(4);
-        let ahead = panels::ahead_int4(self.quads.len(), all, R, self.t.row_bytes());
+        let ahead = panels::ahead(
+            self.quads.len(),
+            all,
+            self.t.row_bytes(),
+            prefetch::per_stream_int4(R),
+        );
         // Whole quads of int4-row and int4-g64 in a loop of their own: no tail copies,
         // no group counting, the prefetch's two lines a row unrolled (one thread in
         // cache, 1024 x 16384: int4-row 303 -> 267 us, int4-g64 349 -> 318, against 254 for
@@ -839,7 +849,12 @@ impl QBody for AffineBody<'_, '_> {
             let mut blk = [std::ptr::null::<u8>(); R];
             let (mut sv, mut zv) = ([Q::fzero(); R], [Q::fzero(); R]);
             let all = self.t.cols() / 256;
-            let ahead = panels::ahead(self.blocks.len(), all, R, self.t.row_bytes());
+            let ahead = panels::ahead(
+                self.blocks.len(),
+                all,
+                self.t.row_bytes(),
+                prefetch::per_stream(R),
+            );
             for j in self.blocks.clone() {
                 prefetch::lines_n::<3, R>(&rows, j * BLOCK_BYTES, ahead);
                 for r in 0..R {

@@ -64,7 +64,12 @@ impl Int8Kernel for ZmmInt8Row {
             in_panels(panels, units, 1, &mut out[..n], |u0, u1, out| {
                 let per = UNIT / CHUNK;
                 let walk = per * u0..(per * u1).min(nch);
-                let ahead = panels::ahead(u1 - u0, units, 1, t.row_bytes());
+                let ahead = panels::ahead(
+                    u1 - u0,
+                    units,
+                    t.row_bytes(),
+                    super::super::prefetch::per_stream(1),
+                );
                 for (r, y) in out.iter_mut().enumerate() {
                     let row = t.row(row0 + r);
                     let scale = read_f32(t.scales(), 4 * (row0 + r));
