@@ -758,6 +758,28 @@ TS_DEV u32 hfma2(u32 a, u32 b, u32 c) {
 #endif
 }
 
+TS_DEV u32 hmul2(u32 a, u32 b) {
+#ifdef TS_HOST
+    // The product of two halves is exact in f32 (22 significant bits), so this rounds once.
+    return pack_h2(f16_to_f32(a & 0xFFFFu) * f16_to_f32(b & 0xFFFFu), f16_to_f32(a >> 16) * f16_to_f32(b >> 16));
+#else
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#endif
+}
+
+// f32 -> the f16x2 (v, v), round to nearest.
+TS_DEV u32 f16x2_splat(float v) {
+#ifdef TS_HOST
+    return pack_h2(v, v);
+#else
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
+    return r;
+#endif
+}
+
 // Two E4M3-FN bytes (low 16 bits of v) -> f16x2, exact (E4M3 subnormals are f16 normals);
 // the NaN codes give NaN, which the MMA spreads over the whole row, as the oracle wants.
 TS_DEV u32 e4m3x2_f16x2(u32 v) {
@@ -1676,6 +1698,7 @@ struct GArgs {
     int S;           // activations; outputs of s >= S are not written
     int nbt;         // n8 tiles of B columns in xg, a multiple of TS_GEMM_NT
     int sp;          // activations xa holds (8 nbt / P)
+    const float* rexp;  // dequantized builds (TS_DEQ): each row's 2^e (gemm_row_pow); else 0
 };
 
 template <int FMT, int CBT>
@@ -1794,6 +1817,125 @@ TS_DEV void gemm_kblock_scales(const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][M
                 for (int n = 0; n < MmaFmt<FMT>::NR; ++n) rk[l][mt][h][n] = r[l][mt][h][u][n];
 }
 
+// ---- dequantized decoding (-DTS_DEQ: GemmPrecision::F16Dequant) ------------------------
+//
+// The scaled formats but hfq4 (whose f32 scale and zero would each round: no bound relative
+// to |w| where they cancel) can take each weight times its k-block's scale, plus the affine
+// offset, rounded once to f16 before the MMA, in units of its row's power of two 2^e. Then
+// every k-block accumulates in place like a row-scaled format's: no second accumulator, no
+// fold, no wait for the tensor cores a k-block; the store multiplies by 2^e. A product w x
+// is then off by the f16 roundings of x, of the scale (f32 scales only) and of the weight,
+// at most 3 * 2^-11 of itself: GemmPrecision::F16Dequant's 1.5e-3. f16 scales and offsets
+// (mq4-g256-v2, mq4c-g256) and UE8M0 scales are exact in f16 after the shift (unless they
+// fall below its normals), and fma rounds q d + z once.
+
+// Largest |code| a weight's scale multiplies: int4 q - 8, E4M3's 448, affine q <= 15.
+template <int FMT>
+struct DeqFmt {
+    enum { QMAX = (FMT == TS_FMT_FP8_F32 || FMT == TS_FMT_FP8_UE8M0) ? 448 : MmaFmt<FMT>::AFFINE ? 15 : 8 };
+};
+
+// Row `row`'s 2^e: its bound max over k-blocks of QMAX |d| + |z| times 2^-e lies in
+// [2^13, 2^14), so no decoded weight overflows f16 (65504) and the row's largest keep their
+// 11 bits; e is clamped to [-100, 100] (2^e and 2^-e stay normal f32). A zero row gives 1,
+// and so does a non-finite bound (NaN scales are skipped by the max; an infinite one still
+// decodes to infinity, as the oracle's would).
+template <int FMT, int GS, int CBT>
+TS_DEV float gemm_row_pow(const MArgs& m, int row) {
+#ifdef TS_MUTATE_ROW_POW_ONE
+    // Test-only (host emulation): every row at 2^0, to show the powers are needed.
+    (void)m;
+    (void)row;
+    return 1.0f;
+#endif
+    const i64 nkb = mma_kblocks<FMT, CBT>(m);
+    float b = 0.0f;
+    for (i64 kb = 0; kb < nkb; ++kb) {
+        u32 sr[MmaFmt<FMT>::NR];
+        mma_scale_raw<FMT, GS, CBT>(m, row, row, kb, sr);
+        float d, z;
+        mma_scale_decode<FMT>(sr, d, z);
+        const float v = (float)DeqFmt<FMT>::QMAX * (d < 0.0f ? -d : d) + (z < 0.0f ? -z : z);
+        if (v > b) b = v;  // NaN compares false
+    }
+    union {
+        float f;
+        u32 u;
+    } c;
+    c.f = b;
+    if (!(b > 0.0f) || (c.u >> 23) >= 0xFFu) return 1.0f;
+    int e = (int)(c.u >> 23) - 127 - 13;  // b in [2^(e + 13), 2^(e + 14)) (subnormal b: e = -140)
+    e = e < -100 ? -100 : (e > 100 ? 100 : e);
+    return as_f((u32)(e + 127) << 23);
+}
+
+// 2^-e from 2^e, exact.
+TS_DEV float pow2_inverse(float p) {
+    union {
+        float f;
+        u32 u;
+    } c;
+    c.f = p;
+    return as_f(0x7F000000u - c.u);
+}
+
+// The lane's rows' 2^-e (rows past O: 1).
+template <int L>
+TS_DEV void gemm_row_inverses(const GArgs& a, int r0w, int lane0, float (&inv)[L][2][2]) {
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r0w + 16 * mt + ((lane0 + l) >> 2) + 8 * h;
+                inv[l][mt][h] = a.rexp != 0 && row < a.m.O ? pow2_inverse(a.rexp[row]) : 1.0f;
+            }
+}
+
+// k-block u's f16x2 scale d 2^-e and offset z 2^-e of each of the lane's rows.
+template <int FMT, int L>
+struct DeqScales {
+    u32 d[L][2][2];
+    u32 z[L][2][2];
+};
+template <int FMT, int CBT, int L>
+TS_DEV void gemm_deq_scales(const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], int u,
+                            const float (&inv)[L][2][2], DeqScales<FMT, L>& s) {
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float d, z;
+                mma_scale_decode<FMT>(r[l][mt][h][u], d, z);
+                s.d[l][mt][h] = f16x2_splat(d * inv[l][mt][h]);
+                s.z[l][mt][h] = f16x2_splat(z * inv[l][mt][h]);
+            }
+}
+
+// gemm_decode_quad's pairs with the k-block's scales applied: d q (+ z), one rounding each.
+template <int FMT, int CBT, int L>
+TS_DEV void gemm_decode_quad_deq(const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], int u,
+                                 int q, const DeqScales<FMT, L>& s,
+                                 u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW]) {
+    gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int k = 0; k < GemmShape<FMT, CBT>::WPQ; ++k)
+#pragma unroll
+                    for (int i = 0; i < MmaFmt<FMT>::PW; ++i) {
+                        u32& v = p[l][mt][h][k][i];
+                        v = MmaFmt<FMT>::AFFINE ? hfma2(v, s.d[l][mt][h], s.z[l][mt][h]) : hmul2(v, s.d[l][mt][h]);
+                    }
+}
+
 // acc += k-block kb's products c (C layout) times the k-block's scale, plus its zero term
 // (affine formats: z times the activations' sum over the k-block's segment). With P = 2
 // the hi and lo columns of an activation are summed into acc[.][2h] (acc[.][2h+1] stays
@@ -1844,14 +1986,17 @@ TS_DEV void gemm_fold_kblock(const GArgs& a, i64 kb, int lane0, int nt0, const u
 // others per k-block in c, folded with the k-block's scale (and zero term) into acc: with
 // P = 2 the hi and lo columns of an activation are summed there (acc[.][2h], acc[.][2h+1]
 // stays 0), with P = 1 each column is its own activation.
-template <int FMT, int GS, int CBT, int P, int NTW, int L>
+// DQ (dequantized decoding, above): the scaled formats accumulate in place too, their
+// weights scaled as decoded (`inv`: the lane's rows' 2^-e).
+template <int FMT, int GS, int CBT, int P, int NTW, int L, bool DQ>
 TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
                          const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
                          const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], const u8* xs, int nt0,
-                         float (&acc)[L][2][NTW][4]) {
+                         const float (&inv)[L][2][2], float (&acc)[L][2][NTW][4]) {
     typedef MmaFmt<FMT> F;
     typedef GemmShape<FMT, CBT> G;
-    enum { SCALED = !F::ROW_SCALE };
+    enum { SCALED = !F::ROW_SCALE && !DQ };
+    static_assert(!DQ || (!F::ROW_SCALE && FMT != TS_FMT_HFQ4), "dequantized decoding: scaled formats but hfq4");
     static_assert(P == 1 || P == 2, "one or two activation parts");
     static_assert(GS == 0 || GS % G::KBC == 0, "a k-block must sit inside one group");
     const i64 nkb = mma_kblocks<FMT, CBT>(a.m);
@@ -1869,9 +2014,16 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
 #pragma unroll
                     for (int q = 0; q < 4; ++q) c[l][mt][j][q] = SCALED ? 0.0f : acc[l][mt][j][q];
 #pragma unroll
+        DeqScales<FMT, L> ds;
+        if constexpr (DQ) gemm_deq_scales<FMT, CBT, L>(r, u, inv, ds);
+#pragma unroll
         for (int q = 0; q < G::NQ; ++q) {
             u32 p[L][2][2][G::WPQ][F::PW];
-            gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+            if constexpr (DQ) {
+                gemm_decode_quad_deq<FMT, CBT, L>(w, u, q, ds, p);
+            } else {
+                gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+            }
 #pragma unroll
             for (int j = 0; j < NTW; ++j) {
                 u32 xq[L][4];
@@ -1931,8 +2083,9 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
     }
 }
 
-// The warp's outputs: y[s, row] = (its parts' sum) / p_s, times the row scale.
-template <int FMT, int P, int NTW, int L>
+// The warp's outputs: y[s, row] = (its parts' sum) / p_s, times the row scale (DQ: the
+// row's 2^e).
+template <int FMT, int P, int NTW, int L, bool DQ>
 TS_DEV void gemm_store(const GArgs& a, int r0w, int nt0, int lane0, const float (&acc)[L][2][NTW][4], float* y) {
 #pragma unroll
     for (int l = 0; l < L; ++l) {
@@ -1945,6 +2098,7 @@ TS_DEV void gemm_store(const GArgs& a, int r0w, int nt0, int lane0, const float 
                 if (row >= a.m.O) continue;
                 float rs = 1.0f;
                 if constexpr (MmaFmt<FMT>::ROW_SCALE) rs = TS_SCALE(scale_f32(a.m.sc, row));
+                if constexpr (DQ) rs = a.rexp[row];
 #pragma unroll
                 for (int j = 0; j < NTW; ++j) {
                     if constexpr (P == 2) {
@@ -2071,14 +2225,18 @@ TS_DEV void wg_fold_pending(const GArgs& a, int lane0, int nt0, WgPending<FMT, L
 // first quad is decoded (or at the end, `wg_fold_pending`): the tensor cores cannot scale
 // their accumulator, so a k-block's MMAs are waited for once, after the decode that
 // overlaps them.
-template <int FMT, int CBT, int P, int NTW, int L>
+// DQ: the scaled formats decode with their k-block's scales (`inv`, the lane's rows' 2^-e)
+// and accumulate in place like the row-scaled ones; c and pend are then unused.
+template <int FMT, int CBT, int P, int NTW, int L, bool DQ>
 TS_DEV void gemm_compute_wg(const GArgs& a, i64 st, int lane0, int nt0,
                             const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW],
                             const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], const u8* xs,
-                            float (&acc)[L][2][NTW][4], float (&c)[L][2][NTW][4], WgPending<FMT, L>& pend) {
+                            const float (&inv)[L][2][2], float (&acc)[L][2][NTW][4], float (&c)[L][2][NTW][4],
+                            WgPending<FMT, L>& pend) {
     typedef MmaFmt<FMT> F;
     typedef GemmShape<FMT, CBT> G;
-    enum { SCALED = !F::ROW_SCALE };
+    enum { SCALED = !F::ROW_SCALE && !DQ };
+    static_assert(!DQ || (!F::ROW_SCALE && FMT != TS_FMT_HFQ4), "dequantized decoding: scaled formats but hfq4");
     static_assert(NTW == 8, "one m64n64k16 a k16 slice");
     static_assert(G::WPQ * F::MPW == 2, "two k16 slices a quad");
     float(&dst)[L][2][NTW][4] = SCALED ? c : acc;
@@ -2087,12 +2245,18 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st, int lane0, int nt0,
     for (int u = 0; u < G::U; ++u) {
         const i64 kb = st * G::U + u;
         if (kb >= nkb) break;  // uniform across the block
+        DeqScales<FMT, L> ds;
+        if constexpr (DQ) gemm_deq_scales<FMT, CBT, L>(r, u, inv, ds);
 #pragma unroll
         for (int q = 0; q < G::NQ; ++q) {
             // The group before the last is done: its A registers and its shared tiles are free.
             wg_wait<1>();
             u32 p[L][2][2][G::WPQ][F::PW];
-            gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+            if constexpr (DQ) {
+                gemm_decode_quad_deq<FMT, CBT, L>(w, u, q, ds, p);
+            } else {
+                gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
+            }
             if constexpr (SCALED)
                 if (q == 0) wg_fold_pending<FMT, CBT, P, NTW, L>(a, lane0, nt0, pend, c, acc);
             wg_fence();
@@ -2201,22 +2365,35 @@ template <int N>
 TS_DEV void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// -DTS_DEQ (GemmPrecision::F16Dequant): dequantized decoding, and one more parameter after
+// cnt, rexp: each row's 2^e (gemm_row_pow, written by the TS_GEMM_ROWPOW build).
+#ifdef TS_DEQ
+#define TS_GEMM_DQ true
+#define TS_GEMM_REXP_PARAM , const float* __restrict__ rexp
+#define TS_GEMM_REXP_ARG rexp
+#else
+#define TS_GEMM_DQ false
+#define TS_GEMM_REXP_PARAM
+#define TS_GEMM_REXP_ARG 0
+#endif
 #define TS_GEMM_KERNEL_(P_)                                                                                    \
     extern "C" __global__ void __launch_bounds__(32 * TS_GEMM_WARPS, TS_GEMM_MINB)                             \
         gemm_p##P_(const u8* __restrict__ w, const u8* __restrict__ sc, const u8* __restrict__ xg,             \
                    const float* __restrict__ xa, float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride, \
-                   int sc_row, int nbt, int sp, float* __restrict__ ws, unsigned* __restrict__ cnt) {           \
-        gemm_body<P_>(w, sc, xg, xa, y, row_bytes, O, S, x_stride, sc_row, nbt, sp, ws, cnt);                 \
+                   int sc_row, int nbt, int sp, float* __restrict__ ws,                                         \
+                   unsigned* __restrict__ cnt TS_GEMM_REXP_PARAM) {                                             \
+        gemm_body<P_>(w, sc, xg, xa, y, row_bytes, O, S, x_stride, sc_row, nbt, sp, ws, cnt, TS_GEMM_REXP_ARG); \
     }
 template <int P>
 __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __restrict__ sc,
                                           const u8* __restrict__ xg, const float* __restrict__ xa,
                                           float* __restrict__ y, i64 row_bytes, int O, int S, int x_stride,
                                           int sc_row, int nbt, int sp, float* __restrict__ ws,
-                                          unsigned* __restrict__ cnt) {
+                                          unsigned* __restrict__ cnt, const float* __restrict__ rexp) {
     typedef GemmShape<TS_FMT, TS_MMA> G;
     typedef MmaFmt<TS_FMT> F;
     enum { NTW = TS_GEMM_NT, ST = TS_GEMM_STAGES, SB = NTW * G::TILE, WD = TS_GEMM_WDEPTH };
+    constexpr bool DQ = TS_GEMM_DQ;
     static_assert(ST >= 2, "at least double buffering");
     static_assert(WD >= 1 && WD <= 6, "1 .. 6 weight stages");
     extern __shared__ __align__(16) u8 smem[];
@@ -2234,9 +2411,12 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     a.S = S;
     a.nbt = nbt;
     a.sp = sp;
+    a.rexp = rexp;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rb0 = blockIdx.x * (32 * TS_GEMM_WARPS);
     const int r0w = rb0 + 32 * warp;
+    float inv[1][2][2];
+    gemm_row_inverses<1>(a, r0w, lane, inv);
     const int nt0 = blockIdx.y * NTW;
     const bool active = r0w < O;  // uniform across the warp; idle warps still stage and sync
     const i64 nkb = mma_kblocks<TS_FMT, TS_MMA>(a.m);
@@ -2301,25 +2481,25 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
 #ifdef TS_WGMMA
             // Every warp of a warpgroup takes part (rows past O are zeros); only the store
             // is guarded.
-            gemm_compute_wg<TS_FMT, TS_MMA, P, NTW, 1>(a, st, lane, nt0, wv[d], sv[d], smem + (st % ST) * SB, acc, c,
-                                                       pend);
+            gemm_compute_wg<TS_FMT, TS_MMA, P, NTW, 1, DQ>(a, st, lane, nt0, wv[d], sv[d], smem + (st % ST) * SB, inv,
+                                                           acc, c, pend);
 #else
             if (active)
-                gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB, nt0,
-                                                              acc);
+                gemm_compute<TS_FMT, TS_GS, TS_MMA, P, NTW, 1, DQ>(a, r0w, st, lane, wv[d], sv[d], smem + (st % ST) * SB,
+                                                                  nt0, inv, acc);
 #endif
             gemm_load_w<TS_FMT, TS_GS, TS_MMA, 1>(a, r0w, st + WD, lane, wv[d], sv[d], st1);
         }
     }
 #ifdef TS_WGMMA
     wg_wait<0>();
-    if constexpr (!F::ROW_SCALE) wg_fold_pending<TS_FMT, TS_MMA, P, NTW, 1>(a, lane, nt0, pend, c, acc);
+    if constexpr (!F::ROW_SCALE && !DQ) wg_fold_pending<TS_FMT, TS_MMA, P, NTW, 1>(a, lane, nt0, pend, c, acc);
 #endif
     if (nz == 1) {
-        if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, y);
+        if (active) gemm_store<TS_FMT, P, NTW, 1, DQ>(a, r0w, nt0, lane, acc, y);
         return;
     }
-    if (active) gemm_store<TS_FMT, P, NTW, 1>(a, r0w, nt0, lane, acc, ws + (i64)blockIdx.z * S * O);
+    if (active) gemm_store<TS_FMT, P, NTW, 1, DQ>(a, r0w, nt0, lane, acc, ws + (i64)blockIdx.z * S * O);
     // Publish the partial, then count this block in; the last one reduces.
     __threadfence();
     __syncthreads();
@@ -2356,6 +2536,26 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
 }
 #define TS_GEMM_KERNEL(P_) TS_GEMM_KERNEL_(P_)
 TS_GEMM_KERNEL(TS_GEMM)
+
+#elif defined(TS_GEMM_ROWPOW)
+// The dequantized GEMM's row powers (-DTS_GEMM_ROWPOW -DTS_FMT -DTS_GS -DTS_MMA):
+// gemm_row_pow_k (const u8* w, const u8* sc, float* rexp, long long row_bytes, int O,
+// int sc_row), a thread a row, run once per tensor before its first TS_DEQ GEMM.
+extern "C" __global__ void gemm_row_pow_k(const u8* __restrict__ w, const u8* __restrict__ sc,
+                                          float* __restrict__ rexp, i64 row_bytes, int O, int sc_row) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= O) return;
+    MArgs m;
+    m.w = w;
+    m.sc = sc;
+    m.xh = 0;
+    m.xa = 0;
+    m.rb = row_bytes;
+    m.O = O;
+    m.xs = 0;
+    m.sc_row = sc_row;
+    rexp[row] = gemm_row_pow<TS_FMT, TS_GS, TS_MMA>(m, row);
+}
 
 #elif defined(TS_PREP)
 // Activation builds (-DTS_PREP -DTS_MMA=<CBT> -DTS_PREP_NIB=<0|1>), for activations already

@@ -141,7 +141,7 @@ fn main() {
     };
     let b0 = &backends[0].1;
     println!("device {} ({})", b0.device_name(), b0.arch());
-    let precisions = [GemmPrecision::Split, GemmPrecision::F16];
+    let precisions = GemmPrecision::ALL;
     let t0 = std::time::Instant::now();
     for (_, b) in &backends {
         b.prewarm_gemm(&formats, &precisions, &batches)

@@ -224,11 +224,15 @@ fn ptxas_report() -> Res<()> {
         tuning,
     };
     for (name, fmt, group, chunk_bytes) in issue_formats {
-        for parts in [1u32, 2] {
+        for (parts, dequant) in [(1u32, false), (2, false), (1, true)] {
+            if dequant && !kernels_cuda::caps::dequantizes(fmt) {
+                continue;
+            }
             for wgmma in [false, true] {
                 let build = Build::Gemm {
                     mma: MmaKernel { chunk_bytes },
                     parts,
+                    dequant,
                 };
                 let tuning = kernels_cuda::Tuning {
                     gemm_wgmma: wgmma,
@@ -236,7 +240,7 @@ fn ptxas_report() -> Res<()> {
                 };
                 let (ok, log, cubin) = ptxas(&src, &key(fmt, group, build, 0, tuning).options())?;
                 println!(
-                    "== {name} P={parts} wgmma={wgmma}: compile {ok:?}, cubin {cubin} bytes\n{log}"
+                    "== {name} P={parts} dequant={dequant} wgmma={wgmma}: compile {ok:?}, cubin {cubin} bytes\n{log}"
                 );
             }
         }

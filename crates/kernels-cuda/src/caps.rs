@@ -119,6 +119,18 @@ pub fn row_scaled(fmt: u32) -> bool {
     matches!(fmt, fmt_id::INT4_ROW | fmt_id::INT8_ROW)
 }
 
+/// Whether a tensor-core kernel id's GEMM decodes its weights with their scales under
+/// [`crate::GemmPrecision::F16Dequant`] (gemv.cu's `TS_DEQ`): the scaled formats whose scale
+/// and offset round with a bound relative to the weight itself. hfq4's f32 scale and zero
+/// would round apart where they cancel, and the row-scaled formats have no scale to apply
+/// in the decode; both run their `F16` build, whose bound is tighter.
+pub fn dequantizes(fmt: u32) -> bool {
+    matches!(
+        fmt,
+        fmt_id::INT4_G | fmt_id::FP8_F32 | fmt_id::FP8_UE8M0 | fmt_id::MQ4_V2 | fmt_id::MQ4C
+    )
+}
+
 /// The `TS_FMT_*` ids of gemv.cu (kept in step with its `#define`s; `tests/host_emulation.rs`
 /// runs every row through the source itself, so a mismatch fails there).
 pub mod fmt_id {

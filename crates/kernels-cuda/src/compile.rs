@@ -319,8 +319,18 @@ pub enum Build {
     /// S <= 4), `gemv_mma_s<S>` with two more parameters (partials scratch, per-tile
     /// arrival counters) ([`Tuning::mma_persistent`]).
     GemvMmaPersist(MmaKernel),
-    /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`.
-    Gemm { mma: MmaKernel, parts: u32 },
+    /// The tensor-core GEMM (`-DTS_GEMM=<parts> -DTS_MMA=<chunk bytes>`), `gemm_p<parts>`;
+    /// with `dequant` (`-DTS_DEQ`, one part: [`crate::GemmPrecision::F16Dequant`] on a format
+    /// [`crate::caps::dequantizes`] admits) the weights are decoded with their scales and the
+    /// kernel takes one more parameter, the rows' powers of two ([`Build::GemmRowPow`]).
+    Gemm {
+        mma: MmaKernel,
+        parts: u32,
+        dequant: bool,
+    },
+    /// The dequantized GEMM's row powers (`-DTS_GEMM_ROWPOW`), `gemm_row_pow_k`: a thread a
+    /// row, once per tensor.
+    GemmRowPow { mma: MmaKernel },
     /// The split-K tile GEMV for S <= 16: the GEMM kernel (`-DTS_GEMM=2`, hi + lo parts)
     /// with `nt` n8 tiles (1, 2 or 4: S <= 4, 8, 16) and the tile knobs of [`Tuning`];
     /// `gemm_p2`, launched with gridDim.z = splits.
@@ -362,6 +372,7 @@ impl ModuleKey {
             Build::Gemv => format!("gemv_s{}", self.s),
             Build::GemvMma(_) | Build::GemvMmaPersist(_) => format!("gemv_mma_s{}", self.s),
             Build::Gemm { parts, .. } => format!("gemm_p{parts}"),
+            Build::GemmRowPow { .. } => "gemm_row_pow_k".to_string(),
             Build::GemvTiles { .. } => "gemm_p2".to_string(),
             Build::TilePrep { input, .. } => input.function_name().to_string(),
             Build::Moe { .. } => "moe_gemv".to_string(),
@@ -430,11 +441,18 @@ impl ModuleKey {
                     o.push("-DTS_PDL".to_string());
                 }
             }
-            Build::Gemm { mma, parts } => {
+            Build::Gemm {
+                mma,
+                parts,
+                dequant,
+            } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
                 o.push(format!("-DTS_GS={}", self.kernel.group));
                 o.push(format!("-DTS_MMA={}", mma.chunk_bytes));
                 o.push(format!("-DTS_GEMM={parts}"));
+                if *dequant {
+                    o.push("-DTS_DEQ".to_string());
+                }
                 o.push(format!("-DTS_GEMM_NT={}", t.gemm_nt(*parts)));
                 o.push(format!("-DTS_GEMM_STAGES={}", t.gemm_stages));
                 o.push(format!("-DTS_GEMM_WDEPTH={}", t.gemm_depth));
@@ -443,6 +461,12 @@ impl ModuleKey {
                 if wgmma {
                     o.push("-DTS_WGMMA".to_string());
                 }
+            }
+            Build::GemmRowPow { mma } => {
+                o.push(format!("-DTS_FMT={}", self.kernel.fmt));
+                o.push(format!("-DTS_GS={}", self.kernel.group));
+                o.push(format!("-DTS_MMA={}", mma.chunk_bytes));
+                o.push("-DTS_GEMM_ROWPOW".to_string());
             }
             Build::GemvTiles { mma, nt } => {
                 o.push(format!("-DTS_FMT={}", self.kernel.fmt));
@@ -740,6 +764,7 @@ mod tests {
         let gemm = Build::Gemm {
             mma: MmaKernel { chunk_bytes: 16 },
             parts: 1,
+            dequant: false,
         };
         let o = key(gemm.clone(), &on).options();
         assert_eq!(o[0], "--gpu-architecture=sm_90a");
@@ -768,6 +793,7 @@ mod tests {
             build: Build::Gemm {
                 mma: MmaKernel { chunk_bytes: 8 },
                 parts: 2,
+                dequant: false,
             },
             s: 0,
             arch: arch_of(9, 0),
@@ -779,6 +805,21 @@ mod tests {
         assert!(o.contains(&"-DTS_GEMM=2".to_string()), "{o:?}");
         assert!(o.contains(&"-DTS_MMA=8".to_string()), "{o:?}");
         assert!(o.contains(&"-DTS_GEMM_NT=8".to_string()), "{o:?}");
+        assert!(!o.contains(&"-DTS_DEQ".to_string()), "{o:?}");
+        key.build = Build::Gemm {
+            mma: MmaKernel { chunk_bytes: 8 },
+            parts: 1,
+            dequant: true,
+        };
+        assert_eq!(key.function_name(), "gemm_p1");
+        assert!(key.options().contains(&"-DTS_DEQ".to_string()));
+        key.build = Build::GemmRowPow {
+            mma: MmaKernel { chunk_bytes: 8 },
+        };
+        assert_eq!(key.function_name(), "gemm_row_pow_k");
+        let o = key.options();
+        assert!(o.contains(&"-DTS_GEMM_ROWPOW".to_string()), "{o:?}");
+        assert!(!o.iter().any(|v| v.starts_with("-DTS_GEMM=")), "{o:?}");
         key.build = Build::Moe {
             variants: vec![
                 KernelId {

@@ -124,6 +124,9 @@ pub struct DeviceTensor {
     scale_bytes: usize,
     weights: CudaSlice<u8>,
     scales: CudaSlice<u8>,
+    /// The dequantized GEMM's power of two a row ([`GemmPrecision::F16Dequant`]), written
+    /// on the device by its first such launch.
+    row_pow: Mutex<Option<CudaSlice<f32>>>,
 }
 
 impl DeviceTensor {
@@ -194,8 +197,8 @@ pub enum KernelPath {
     MmaTiles,
 }
 
-/// How the GEMM represents the activations on the tensor cores (weights are exact in f16
-/// either way).
+/// How the GEMM represents the activations (and, with `F16Dequant`, the scaled weights) on
+/// the tensor cores.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum GemmPrecision {
     /// x p = hi + lo, two f16 parts (about 22 bits): within 1e-4 of sum |w x| like the GEMV,
@@ -205,14 +208,35 @@ pub enum GemmPrecision {
     /// so |y - y_ref| <= 2^-11 sum |w x| plus f32 accumulation; declared as
     /// [`GemmPrecision::tolerance`] 5e-4. Not in the capability table: callers opt in.
     F16,
+    /// hi alone, and the weights of the formats [`crate::caps::dequantizes`] admits (int4-g*,
+    /// fp8-e4m3-b128, mq4-g256-v2, mq4c-g256) decoded with their k-block's scale and offset
+    /// into f16, in units of a power of two a row: no per-k-block fold, so the tensor cores
+    /// never wait for one. Each product is then off by the roundings of x, of an f32 scale
+    /// and of the weight, at most 3 * 2^-11 of itself; declared 1.5e-3. The other formats
+    /// run their `F16` build (within its tighter bound). Opt-in, like `F16`.
+    F16Dequant,
 }
 
 impl GemmPrecision {
+    /// Every precision, for tests and benchmarks that run them all.
+    pub const ALL: [GemmPrecision; 3] = [
+        GemmPrecision::Split,
+        GemmPrecision::F16,
+        GemmPrecision::F16Dequant,
+    ];
     /// Activation parts (B columns per activation).
     pub fn parts(self) -> u32 {
         match self {
             GemmPrecision::Split => 2,
-            GemmPrecision::F16 => 1,
+            GemmPrecision::F16 | GemmPrecision::F16Dequant => 1,
+        }
+    }
+    /// Whether the GEMM of tensor-core kernel format `fmt` decodes with the scales
+    /// (`Build::Gemm::dequant`).
+    pub fn dequantizes(self, fmt: u32) -> bool {
+        match self {
+            GemmPrecision::Split | GemmPrecision::F16 => false,
+            GemmPrecision::F16Dequant => caps::dequantizes(fmt),
         }
     }
     /// The worst magnitude-relative error (`oracle::worst_error`) this precision promises.
@@ -220,6 +244,7 @@ impl GemmPrecision {
         match self {
             GemmPrecision::Split => 1e-4,
             GemmPrecision::F16 => 5e-4,
+            GemmPrecision::F16Dequant => 1.5e-3,
         }
     }
 }
@@ -556,7 +581,7 @@ impl CudaBackend {
         let f = module
             .load_function(&key.function_name())
             .map_err(CudaError::driver("finding the kernel in its module"))?;
-        if let Build::Gemm { mma, parts } = &key.build {
+        if let Build::Gemm { mma, parts, .. } = &key.build {
             // The activation stages exceed the 48 KB a block gets without asking.
             let l = self.gemm_layout(kernel, mma.chunk_bytes, *parts);
             let bytes =
@@ -700,6 +725,7 @@ impl CudaBackend {
                         Build::Gemm {
                             mma,
                             parts: p.parts(),
+                            dequant: p.dequantizes(cap.kernel.fmt),
                         },
                         0,
                     ));
@@ -740,6 +766,7 @@ impl CudaBackend {
             scale_bytes: t.scales().len(),
             weights,
             scales,
+            row_pow: Mutex::new(None),
         };
         self.check_alignment(&tensor)?;
         Ok(tensor)
@@ -764,6 +791,7 @@ impl CudaBackend {
                 .stream
                 .clone_dtod(&t.scales)
                 .map_err(CudaError::driver("copying scales"))?,
+            row_pow: Mutex::new(None),
         };
         self.check_alignment(&copy)?;
         Ok(copy)
@@ -1868,8 +1896,21 @@ impl CudaBackend {
                     });
                 }
                 let parts = l.parts as u32;
-                let key = self.key(cap.kernel, Build::Gemm { mma, parts }, 0);
+                let dequant = x.precision.dequantizes(cap.kernel.fmt);
+                let key = self.key(
+                    cap.kernel,
+                    Build::Gemm {
+                        mma,
+                        parts,
+                        dequant,
+                    },
+                    0,
+                );
                 let f = self.function_of(key.clone())?;
+                let mut row_pow = w.row_pow.lock().unwrap_or_else(|p| p.into_inner());
+                if dequant && row_pow.is_none() {
+                    *row_pow = Some(self.row_powers(w, cap.kernel, mma)?);
+                }
                 let warps = self.tuning.gemm_warps;
                 let (gx, gy) = layout::gemm_grid(w.rows, *tiles, l.nt, warps)?;
                 let shared = l.shared_bytes(self.tuning.gemm_stages as usize);
@@ -1930,8 +1971,12 @@ impl CudaBackend {
                 }
                 let SplitScratch { partials, counters } = &mut *scratch;
                 b.arg(partials).arg(counters);
+                if let (true, Some(p)) = (dequant, row_pow.as_ref()) {
+                    b.arg(p);
+                }
                 // SAFETY: the argument list matches gemv.cu's gemm_p<P> (u8*, u8*, u8*, f32*,
-                // f32*, i64, i32, i32, i32, i32, i32, i32, f32*, u32*; the last two unused
+                // f32*, i64, i32, i32, i32, i32, i32, i32, f32*, u32*, and with TS_DEQ f32*:
+                // `row_pow`, one float a row, written above; the scratch pair unused
                 // with one split, else grown above to splits * S * O floats and one zeroed
                 // counter per (row, activation) block, each reset by its block's last
                 // split). `xg` holds tiles * 8 * x_stride halves and `xa` padded * (1 +
@@ -1957,6 +2002,44 @@ impl CudaBackend {
             }
         }
         Ok(())
+    }
+
+    /// `w`'s power of two a row for the dequantized GEMM (gemv.cu `gemm_row_pow`), computed
+    /// on the device from its scales.
+    fn row_powers(
+        &self,
+        w: &DeviceTensor,
+        kernel: KernelId,
+        mma: caps::MmaKernel,
+    ) -> Result<CudaSlice<f32>, CudaError> {
+        let f = self.function(kernel, Build::GemmRowPow { mma }, 0)?;
+        let mut out = self
+            .stream
+            .alloc_zeros::<f32>(w.rows.max(1))
+            .map_err(CudaError::driver("allocating the GEMM's row powers"))?;
+        let sh = w.shape;
+        let blocks = u32::try_from(w.rows.div_ceil(256)).map_err(|_| CudaError::Shape {
+            format: w.format,
+            what: format!("{} rows overflow the row-power grid", w.rows),
+        })?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&w.weights)
+            .arg(&w.scales)
+            .arg(&mut out)
+            .arg(&sh.row_bytes)
+            .arg(&sh.rows)
+            .arg(&sh.sc_row);
+        // SAFETY: the argument list matches gemv.cu's gemm_row_pow_k (u8*, u8*, f32*, i64,
+        // i32, i32); `out` holds one float per row and the kernel writes rows < O only; it
+        // reads the scale words of every k-block of each row, which the GEMM itself reads
+        // (`mma_for` admitted rows of whole k-blocks).
+        unsafe { b.launch(cfg) }.map_err(CudaError::driver("launching the row powers"))?;
+        Ok(out)
     }
 
     /// y[S, O] = x[S, I] . W^T for S >= 17 at the default ([`GemmPrecision::Split`]) precision,

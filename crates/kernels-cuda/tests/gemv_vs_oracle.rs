@@ -1,9 +1,10 @@
 //! The CUDA conformance suite, run on a GPU: every GEMV format of the capability table at
 //! S in {1, 2, 3, 4, 8, 16} (and 1..=16 for a few), every GEMM format at S in {17, 40, 128,
-//! 300} and both precisions, the MoE grouped GEMV per pair over mixed formats; edge shapes,
+//! 300} and every precision, the MoE grouped GEMV per pair over mixed formats; edge shapes,
 //! fresh random data (the seed is printed; `TESSERA_SEED` replays it), outputs poisoned
 //! before each launch, compared with quant-core's f64 oracle at magnitude-relative error
-//! <= 1e-4 (the GEMM's opt-in `GemmPrecision::F16`: its declared 5e-4).
+//! <= 1e-4 (the GEMM's opt-in `GemmPrecision::F16` and `F16Dequant`: their declared 5e-4
+//! and 1.5e-3).
 //!
 //! Without a GPU every test prints "skipped: no CUDA device: <why>" and passes.
 //!
@@ -482,12 +483,12 @@ fn gemm_matches_the_oracle() {
     let Some(b) = backend() else { return };
     let seed = run_seed();
     println!("seed {seed} (replay with TESSERA_SEED={seed})");
-    let precisions = [GemmPrecision::Split, GemmPrecision::F16];
+    let precisions = GemmPrecision::ALL;
     warm(|| b.prewarm_gemm(&gemm_formats_under_test(), &precisions, &GEMM_S));
     let mut failures = Vec::new();
     for format in gemm_formats_under_test() {
         let mut rng = format_rng(seed ^ 0x6E33, format);
-        let mut worst = [0f64; 2];
+        let mut worst = [0f64; GemmPrecision::ALL.len()];
         let mut fallback_worst = 0f64;
         // The tensor-core shapes, plus the suite's edge shapes (odd I, partial groups),
         // which run the CUDA-core fallback.
@@ -504,15 +505,12 @@ fn gemm_matches_the_oracle() {
                 .unwrap_or_else(|e| panic!("upload {format}: {e}"));
             for s in GEMM_S {
                 let x = inputs(s, cols, &mut rng);
-                for (k, precision) in [GemmPrecision::Split, GemmPrecision::F16]
-                    .into_iter()
-                    .enumerate()
-                {
+                for (k, precision) in precisions.into_iter().enumerate() {
                     let xa = b
                         .upload_gemm_activations(&dt, &x, s, precision)
                         .unwrap_or_else(|e| panic!("{format} [{rows}, {cols}] S={s}: {e}"));
                     let tc = xa.uses_tensor_cores();
-                    if !tc && precision == GemmPrecision::F16 {
+                    if !tc && precision != GemmPrecision::Split {
                         continue; // the fallback ignores the precision
                     }
                     let y = b
@@ -529,8 +527,8 @@ fn gemm_matches_the_oracle() {
             }
         }
         println!(
-            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} (CUDA-core fallback)",
-            worst[0], worst[1], fallback_worst
+            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} (f16 dequantized), {:.2e} (CUDA-core fallback)",
+            worst[0], worst[1], worst[2], fallback_worst
         );
     }
     assert!(
@@ -568,7 +566,7 @@ fn gemm_split_k_matches_the_oracle() {
                     .unwrap_or_else(|e| panic!("upload {format}: {e}"));
                 for s in [17, 128] {
                     let x = inputs(s, cols, &mut rng);
-                    for precision in [GemmPrecision::Split, GemmPrecision::F16] {
+                    for precision in GemmPrecision::ALL {
                         // Twice: the first launch leaves the counters for the second.
                         for _ in 0..2 {
                             let y = bz
@@ -612,7 +610,7 @@ fn gemm_fp8_nan_poisons_exactly_its_row() {
         let dt = b.upload(&t.view()).unwrap();
         let s = 40;
         let x = inputs(s, cols, &mut rng);
-        for precision in [GemmPrecision::Split, GemmPrecision::F16] {
+        for precision in GemmPrecision::ALL {
             let y = b.gemm_with(&dt, &x, s, precision).unwrap();
             check_at(&t, &x, s, &y, precision.tolerance()).unwrap_or_else(|m| panic!("{m}"));
             for k in 0..s {

@@ -309,7 +309,12 @@ impl Emulator {
                 cap.kernel.fmt as i32,
                 cap.kernel.group as i32,
                 m.chunk_bytes as i32,
-                l.parts as i32,
+                // 3: one part, dequantized decoding (harness.cpp's TS_EMU_GEMM_DQ).
+                if precision.dequantizes(cap.kernel.fmt) {
+                    3
+                } else {
+                    l.parts as i32
+                },
                 nt as i32,
                 t.weights.as_ptr(),
                 t.weights.len() as i64,
@@ -479,17 +484,14 @@ fn takes_tensor_core_gemm(t: &EncodedTensor) -> bool {
     caps::lookup(Op::Gemm, t.format, 17).is_ok_and(|c| c.mma_for(sh.row_bytes as usize).is_some())
 }
 
-/// The GEMM configurations the emulator runs: the library's default tiling for both
-/// precisions, and both precisions with 4 n8 tiles a block (the F16 default before
+/// The GEMM configurations the emulator runs: the library's default tiling for every
+/// precision, and every precision with 4 n8 tiles a block (the F16 default before
 /// session 19).
 fn gemm_configs() -> Vec<(GemmPrecision, usize)> {
     let t = Tuning::default();
-    vec![
-        (GemmPrecision::Split, t.gemm_nt(2) as usize),
-        (GemmPrecision::F16, t.gemm_nt(1) as usize),
-        (GemmPrecision::Split, 4),
-        (GemmPrecision::F16, 4),
-    ]
+    let default = GemmPrecision::ALL.map(|p| (p, t.gemm_nt(p.parts()) as usize));
+    let four = GemmPrecision::ALL.map(|p| (p, 4));
+    default.into_iter().chain(four).collect()
 }
 
 #[test]
@@ -503,7 +505,7 @@ fn gemm_matches_the_oracle() {
     let mut runs = 0;
     for format in gemm_formats_under_test() {
         let mut rng = format_rng(seed, format);
-        let mut worst = [0f64; 4];
+        let mut worst = [0f64; 2 * GemmPrecision::ALL.len()];
         let mut shapes_run = 0;
         for (rows, cols) in gemm_shapes(format) {
             let t = tensor(format, rows, cols, &mut rng);
@@ -529,8 +531,8 @@ fn gemm_matches_the_oracle() {
         }
         assert!(shapes_run >= 3, "{format}: only {shapes_run} GEMM shapes");
         println!(
-            "{format:<22} GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} / {:.2e} (split / f16, nt 4)",
-            worst[0], worst[1], worst[2], worst[3]
+            "{format:<22} GEMM worst error {:.2e} / {:.2e} / {:.2e} (split / f16 / f16 dequantized), nt 4: {:.2e} / {:.2e} / {:.2e}",
+            worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]
         );
     }
     assert!(
@@ -539,6 +541,69 @@ fn gemm_matches_the_oracle() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The dequantized GEMM (`GemmPrecision::F16Dequant`) on rows whose weights sit far below
+/// or above f16's range (1e-9 and 1e7 times the others): each row's power of two keeps its
+/// decoded weights finite and normal, so every row stays within the declared bound. With
+/// every power forced to 1 (`TS_MUTATE_ROW_POW_ONE`) the formats with f32 or UE8M0 scales
+/// fail on the same tensors: the test sees the powers. (mq4-g256-v2 and mq4c-g256 store f16
+/// scales, so their rows stay inside f16's range by construction; they must pass.)
+#[test]
+fn dequantized_gemm_keeps_tiny_and_huge_rows() {
+    let (Some(emu), Some(ones)) = (
+        Emulator::get("wgmma", &["TS_WGMMA"]),
+        Emulator::get("rowpow1", &["TS_WGMMA", "TS_MUTATE_ROW_POW_ONE"]),
+    ) else {
+        return;
+    };
+    let seed = run_seed();
+    println!("seed {seed} (replay with TESSERA_SEED={seed})");
+    let precision = GemmPrecision::F16Dequant;
+    let mut ran = 0;
+    for format in gemm_formats_under_test() {
+        let fmt = caps::lookup(Op::Gemm, format, 17).map(|c| c.kernel.fmt);
+        if !fmt.is_ok_and(|f| precision.dequantizes(f)) {
+            continue;
+        }
+        let mut rng = format_rng(seed ^ 0x7159, format);
+        let (rows, cols) = gemm_shapes(format)[0];
+        let mut w = quant_core::testdata::weights(&mut rng, rows, cols);
+        // Rows 0 mod 3 tiny, 1 mod 3 huge; the f16-scaled formats (mq4-g256-v2, mq4c-g256)
+        // keep their scales within f16's normals: 1e-3 and 1e3.
+        let f16_scales = matches!(format, Format::Mq4G256V2 | Format::Mq4cG256);
+        let (tiny, huge) = if f16_scales { (1e-3, 1e3) } else { (1e-9, 1e7) };
+        for (r, row) in w.chunks_mut(cols).enumerate() {
+            let k = match r % 3 {
+                0 => tiny,
+                1 => huge,
+                _ => 1.0,
+            };
+            row.iter_mut().for_each(|v| *v *= k);
+        }
+        let opts = quant_core::EncodeOptions {
+            rotation_seed: rng.next_u64(),
+            ..Default::default()
+        };
+        let t = quant_core::encode(format, rows, cols, &w, &opts).expect("encode");
+        if !takes_tensor_core_gemm(&t) {
+            continue;
+        }
+        let s = 17;
+        let x = inputs(s, cols, &mut rng);
+        let y = emu.gemm(&t, &x, s, precision, 8, true).expect("GEMM");
+        let e = check_at(&t, &x, s, &y, precision.tolerance()).unwrap_or_else(|m| panic!("{m}"));
+        let bad = ones.gemm(&t, &x, s, precision, 8, true).expect("GEMM");
+        let r = reference_gemm(&t.view(), &x, s);
+        let without = worst_error(&bad, &r).error;
+        println!("{format:<22} worst error {e:.2e}; every power 1: {without:.2e}");
+        assert!(
+            f16_scales || without > precision.tolerance(),
+            "{format}: rows out of f16's range passed without their powers ({without:.2e})"
+        );
+        ran += 1;
+    }
+    assert!(ran >= 4, "only {ran} formats ran");
 }
 
 /// The warpgroup-MMA GEMM (`-DTS_WGMMA`: every GEMM format on activations laid out as core
@@ -556,7 +621,7 @@ fn wgmma_gemm_matches_the_oracle() {
     let mut runs = 0;
     for format in gemm_formats_under_test() {
         let mut rng = format_rng(seed ^ 0x3767, format);
-        let mut worst = [0f64; 2];
+        let mut worst = [0f64; GemmPrecision::ALL.len()];
         for (rows, cols) in gemm_shapes(format) {
             let t = tensor(format, rows, cols, &mut rng);
             if !takes_tensor_core_gemm(&t) {
@@ -564,10 +629,7 @@ fn wgmma_gemm_matches_the_oracle() {
             }
             for s in [17, 100] {
                 let x = inputs(s, cols, &mut rng);
-                for (k, precision) in [GemmPrecision::Split, GemmPrecision::F16]
-                    .into_iter()
-                    .enumerate()
-                {
+                for (k, precision) in GemmPrecision::ALL.into_iter().enumerate() {
                     let y = emu
                         .gemm(&t, &x, s, precision, 8, true)
                         .expect("tensor-core GEMM");
@@ -587,8 +649,8 @@ fn wgmma_gemm_matches_the_oracle() {
             }
         }
         println!(
-            "{format:<22} warpgroup GEMM worst error {:.2e} (split), {:.2e} (f16)",
-            worst[0], worst[1]
+            "{format:<22} warpgroup GEMM worst error {:.2e} (split), {:.2e} (f16), {:.2e} (f16 dequantized)",
+            worst[0], worst[1], worst[2]
         );
     }
     assert!(runs >= 12, "only {runs} runs");
@@ -694,7 +756,7 @@ fn each_mutation_breaks_every_format_it_touches() {
                     w.error
                 );
             }
-            // The GEMM, where the format has one, at both precisions.
+            // The GEMM, where the format has one, at every precision.
             let s = 20;
             let x = inputs(s, cols, &mut rng);
             let reference = reference_gemm(&t.view(), &x, s);
@@ -703,7 +765,7 @@ fn each_mutation_breaks_every_format_it_touches() {
                 .into_iter()
                 .map(|(precision, nt)| (emu, precision, nt, false, "gemm"))
                 .chain(
-                    [GemmPrecision::Split, GemmPrecision::F16]
+                    GemmPrecision::ALL
                         .map(|precision| (emu_wg, precision, 8, true, "warpgroup gemm")),
                 );
             for (e, precision, nt, canonical, path) in runs {

@@ -54,9 +54,21 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
                 }
             }
             Op::Gemm => {
-                for parts in [1, 2] {
-                    let mma = c.mma.expect("every GEMM row has a tensor-core kernel");
-                    let build = Build::Gemm { mma, parts };
+                let mma = c.mma.expect("every GEMM row has a tensor-core kernel");
+                let dq = kernels_cuda::caps::dequantizes(c.kernel.fmt);
+                let mut builds: Vec<Build> = [(1, false), (2, false), (1, true)]
+                    .into_iter()
+                    .filter(|&(_, dequant)| !dequant || dq)
+                    .map(|(parts, dequant)| Build::Gemm {
+                        mma,
+                        parts,
+                        dequant,
+                    })
+                    .collect();
+                if dq {
+                    builds.push(Build::GemmRowPow { mma });
+                }
+                for build in builds {
                     if seen.insert((c.kernel, build.clone(), 0)) {
                         out.push((c.kernel, build, 0));
                     }
@@ -148,7 +160,12 @@ fn every_build_compiles_for_sm90() {
                 Build::Gemv => String::new(),
                 Build::GemvMma(m) => format!("_mma{}", m.chunk_bytes),
                 Build::GemvMmaPersist(m) => format!("_mmapersist{}", m.chunk_bytes),
-                Build::Gemm { mma, parts } => format!("_gemm{}_p{parts}", mma.chunk_bytes),
+                Build::Gemm {
+                    mma,
+                    parts,
+                    dequant,
+                } => format!("_gemm{}_p{parts}_dq{}", mma.chunk_bytes, u8::from(*dequant)),
+                Build::GemmRowPow { mma } => format!("_rowpow{}", mma.chunk_bytes),
                 Build::GemvTiles { mma, nt } => format!("_tiles{}_nt{nt}", mma.chunk_bytes),
                 Build::TilePrep {
                     chunk_bytes,
@@ -176,13 +193,17 @@ fn every_build_compiles_for_sm90() {
         (fmt_id::FP8_F32, 0, 16),
         (fmt_id::MQ4_V2, 0, 16),
     ] {
-        for parts in [1, 2] {
+        for (parts, dequant) in [(1, false), (2, false), (1, true)] {
+            if dequant && !kernels_cuda::caps::dequantizes(fmt) {
+                continue;
+            }
             for wgmma in [true, false] {
                 let mut key = key(
                     KernelId { fmt, group },
                     Build::Gemm {
                         mma: kernels_cuda::caps::MmaKernel { chunk_bytes },
                         parts,
+                        dequant,
                     },
                     0,
                     None,
@@ -245,7 +266,16 @@ fn compile_time_sample() {
                 .collect(),
             Op::Gemm => c
                 .mma
-                .map(|mma| (Build::Gemm { mma, parts: 2 }, 0))
+                .map(|mma| {
+                    (
+                        Build::Gemm {
+                            mma,
+                            parts: 2,
+                            dequant: false,
+                        },
+                        0,
+                    )
+                })
                 .into_iter()
                 .collect(),
         };

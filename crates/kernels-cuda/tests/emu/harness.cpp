@@ -263,10 +263,19 @@ extern "C" int ts_emu_gemv_mma(int fmt, int gs, int cbt, int S, const u8* w, i64
 // ---- the GEMM: each block's stages in turn (the stage copy as one "thread"), each warp's
 // 32 lanes at once, as the device runs them between its barriers ----
 
-template <int FMT, int GS, int CBT, int P, int NTW>
-static void run_gemm(const GArgs& a, float* y) {
+// DQ: dequantized decoding (TS_DEQ), with the row powers gemm_row_pow_k would write.
+template <int FMT, int GS, int CBT, int P, int NTW, bool DQ>
+static void run_gemm(GArgs a, float* y) {
     typedef GemmShape<FMT, CBT> G;
     const i64 nkb = mma_kblocks<FMT, CBT>(a.m), nst = (nkb + G::U - 1) / G::U;
+    std::vector<float> rexp;
+    if constexpr (DQ) {
+        rexp.resize((size_t)a.m.O);
+        for (int row = 0; row < a.m.O; ++row) rexp[(size_t)row] = gemm_row_pow<FMT, GS, CBT>(a.m, row);
+        a.rexp = rexp.data();
+    } else {
+        a.rexp = 0;
+    }
     u8* smem = (u8*)std::aligned_alloc(256, (size_t)(NTW * G::TILE));
     typedef float Acc[32][2][NTW][4];
     Acc* acc = (Acc*)std::malloc(sizeof(Acc) * TS_GEMM_WARPS);
@@ -289,23 +298,26 @@ static void run_gemm(const GArgs& a, float* y) {
                     u32 wv[32][2][2][G::U][G::NW];
                     u32 sv[32][2][2][G::U][MmaFmt<FMT>::NR];
                     gemm_load_w<FMT, GS, CBT, 32>(a, r0w, st, 0, wv, sv);
+                    float inv[32][2][2];
+                    gemm_row_inverses<32>(a, r0w, 0, inv);
 #ifdef TS_WGMMA
                     // The warpgroup build runs every format on the canonical layout.
                     if constexpr (NTW == 8) {
-                        gemm_compute_wg<FMT, CBT, P, NTW, 32>(a, st, 0, nt0, wv, sv, smem, acc[warp], c[warp],
-                                                              pend[warp]);
+                        gemm_compute_wg<FMT, CBT, P, NTW, 32, DQ>(a, st, 0, nt0, wv, sv, smem, inv, acc[warp], c[warp],
+                                                                  pend[warp]);
                         continue;
                     }
 #endif
-                    gemm_compute<FMT, GS, CBT, P, NTW, 32>(a, r0w, st, 0, wv, sv, smem, nt0, acc[warp]);
+                    gemm_compute<FMT, GS, CBT, P, NTW, 32, DQ>(a, r0w, st, 0, wv, sv, smem, nt0, inv, acc[warp]);
                 }
             }
             for (int warp = 0; warp < TS_GEMM_WARPS; ++warp) {
                 const int r0w = rb0 + 32 * warp;
 #ifdef TS_WGMMA
-                if constexpr (NTW == 8) wg_fold_pending<FMT, CBT, P, NTW, 32>(a, 0, nt0, pend[warp], c[warp], acc[warp]);
+                if constexpr (NTW == 8 && !DQ)
+                    wg_fold_pending<FMT, CBT, P, NTW, 32>(a, 0, nt0, pend[warp], c[warp], acc[warp]);
 #endif
-                if (r0w < a.m.O) gemm_store<FMT, P, NTW, 32>(a, r0w, nt0, 0, acc[warp], y);
+                if (r0w < a.m.O) gemm_store<FMT, P, NTW, 32, DQ>(a, r0w, nt0, 0, acc[warp], y);
             }
         }
     std::free(acc);
@@ -317,7 +329,9 @@ static void run_gemm(const GArgs& a, float* y) {
 
 // xg: the GEMM's activation halves (layout.rs gemm_activations) of nbt n8 tiles; xa: [sp]
 // 1/p then [sp, xs / 128] sums. nt must be the layout's tiles per block (4 or 8 here).
-// Returns 0, -1 for a (format, group, chunk) without a GEMM, -2 for an unsupported P / nt.
+// parts: 1 or 2, or 3 for one part with dequantized decoding (TS_DEQ; the scaled formats
+// but hfq4). Returns 0, -1 for a (format, group, chunk) without a GEMM, -2 for an
+// unsupported P / nt.
 extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8* w, i64 wlen, const u8* sc,
                            i64 sclen, const unsigned short* xg, i64 xglen, const float* xa, i64 xalen, float* y,
                            i64 rb, int O, int S, int xs, int sc_row, int nbt, int sp) {
@@ -334,27 +348,34 @@ extern "C" int ts_emu_gemm(int fmt, int gs, int cbt, int parts, int nt, const u8
     a.S = S;
     a.nbt = nbt;
     a.sp = sp;
+    a.rexp = 0;
     int rc = -1;
-#define TS_EMU_GEMM_PN(F_, G_, C_, P_, N_) \
-    if (fmt == F_ && gs == G_ && cbt == C_ && parts == P_ && nt == N_) rc = (run_gemm<F_, G_, C_, P_, N_>(a, y), 0);
-#define TS_EMU_GEMM(F_, G_, C_)       \
-    TS_EMU_GEMM_PN(F_, G_, C_, 2, 8) \
-    TS_EMU_GEMM_PN(F_, G_, C_, 1, 8) \
-    TS_EMU_GEMM_PN(F_, G_, C_, 1, 4) \
-    TS_EMU_GEMM_PN(F_, G_, C_, 2, 4)
+#define TS_EMU_GEMM_PN(F_, G_, C_, P_, N_, DQ_) \
+    if (fmt == F_ && gs == G_ && cbt == C_ && parts == (DQ_ ? 3 : P_) && nt == N_) \
+        rc = (run_gemm<F_, G_, C_, P_, N_, DQ_>(a, y), 0);
+#define TS_EMU_GEMM(F_, G_, C_)              \
+    TS_EMU_GEMM_PN(F_, G_, C_, 2, 8, false) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 8, false) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 4, false) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 2, 4, false)
+#define TS_EMU_GEMM_DQ(F_, G_, C_)          \
+    TS_EMU_GEMM(F_, G_, C_)                 \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 8, true) \
+    TS_EMU_GEMM_PN(F_, G_, C_, 1, 4, true)
     TS_EMU_GEMM(TS_FMT_INT4_ROW, 0, 16)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 32, 4)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 64, 8)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 96, 4)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 128, 16)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 192, 8)
-    TS_EMU_GEMM(TS_FMT_INT4_G, 256, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 32, 4)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 64, 8)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 96, 4)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 128, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 192, 8)
+    TS_EMU_GEMM_DQ(TS_FMT_INT4_G, 256, 16)
     TS_EMU_GEMM(TS_FMT_INT8_ROW, 0, 16)
-    TS_EMU_GEMM(TS_FMT_FP8_F32, 0, 16)
-    TS_EMU_GEMM(TS_FMT_FP8_UE8M0, 0, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_FP8_F32, 0, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_FP8_UE8M0, 0, 16)
     TS_EMU_GEMM(TS_FMT_HFQ4, 0, 16)
-    TS_EMU_GEMM(TS_FMT_MQ4_V2, 0, 16)
-    TS_EMU_GEMM(TS_FMT_MQ4C, 0, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_MQ4_V2, 0, 16)
+    TS_EMU_GEMM_DQ(TS_FMT_MQ4C, 0, 16)
+#undef TS_EMU_GEMM_DQ
 #undef TS_EMU_GEMM
 #undef TS_EMU_GEMM_PN
     std::free((void*)a.m.w);
