@@ -92,13 +92,20 @@ struct alignas(16) F4 {
     float x, y, z, w;
 };
 
+union F32Bits {
+    u32 u;
+    float f;
+};
 TS_DEV float as_f(u32 u) {
-    union {
-        u32 u;
-        float f;
-    } c;
+    F32Bits c;
     c.u = u;
     return c.f;
+}
+// The bits of f (as_f's inverse).
+TS_DEV u32 bits_of(float f) {
+    F32Bits c;
+    c.f = f;
+    return c.u;
 }
 
 #define TS_NAN (as_f(0x7FC00000u))
@@ -1777,11 +1784,20 @@ TS_DEV void gemm_load_w(const GArgs& a, int r0w, i64 st, int lane0,
     }
 }
 
+// The dequantized GEMM's (TS_DEQ, below) f16x2 scale d 2^-e and offset z 2^-e of k-block u
+// for each of the lane's rows.
+template <int FMT, int L>
+struct DeqScales {
+    u32 d[L][2][2];
+    u32 z[L][2][2];
+};
+
 // The decoded f16 pairs of quad q of k-block u of the warp's rows (its 2 m16 tiles x 2 row
-// halves), each weight word decoded once.
-template <int FMT, int CBT, int L>
+// halves), each weight word decoded once; with DQ, times the k-block's scales `s` (d q, or
+// d q + z for the affine formats: one rounding each).
+template <int FMT, int CBT, int L, bool DQ>
 TS_DEV void gemm_decode_quad(const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], int u, int q,
-                             u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW]) {
+                             u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW], const DeqScales<FMT, L>& s) {
     typedef GemmShape<FMT, CBT> G;
 #pragma unroll
     for (int l = 0; l < L; ++l)
@@ -1790,7 +1806,16 @@ TS_DEV void gemm_decode_quad(const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][Gem
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int k = 0; k < G::WPQ; ++k) mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], p[l][mt][h][k]);
+                for (int k = 0; k < G::WPQ; ++k) {
+                    u32(&v)[MmaFmt<FMT>::PW] = p[l][mt][h][k];
+                    mma_decode<FMT>(w[l][mt][h][u][q * G::WPQ + k], v);
+                    if constexpr (DQ) {
+#pragma unroll
+                        for (int i = 0; i < MmaFmt<FMT>::PW; ++i)
+                            v[i] = MmaFmt<FMT>::AFFINE ? hfma2(v[i], s.d[l][mt][h], s.z[l][mt][h])
+                                                       : hmul2(v[i], s.d[l][mt][h]);
+                    }
+                }
 }
 
 // Lane l's A fragment of m16 tile mt for the MMA fed by half jj of decoded word k.
@@ -1858,82 +1883,46 @@ TS_DEV float gemm_row_pow(const MArgs& m, int row) {
         const float v = (float)DeqFmt<FMT>::QMAX * (d < 0.0f ? -d : d) + (z < 0.0f ? -z : z);
         if (v > b) b = v;  // NaN compares false
     }
-    union {
-        float f;
-        u32 u;
-    } c;
-    c.f = b;
-    if (!(b > 0.0f) || (c.u >> 23) >= 0xFFu) return 1.0f;
-    int e = (int)(c.u >> 23) - 127 - 13;  // b in [2^(e + 13), 2^(e + 14)) (subnormal b: e = -140)
+    const u32 bb = bits_of(b);
+    if (!(b > 0.0f) || (bb >> 23) >= 0xFFu) return 1.0f;
+    int e = (int)(bb >> 23) - 127 - 13;  // b in [2^(e + 13), 2^(e + 14)) (subnormal b: e = -140)
     e = e < -100 ? -100 : (e > 100 ? 100 : e);
     return as_f((u32)(e + 127) << 23);
 }
 
 // 2^-e from 2^e, exact.
-TS_DEV float pow2_inverse(float p) {
-    union {
-        float f;
-        u32 u;
-    } c;
-    c.f = p;
-    return as_f(0x7F000000u - c.u);
+TS_DEV float pow2_inverse(float p) { return as_f(0x7F000000u - bits_of(p)); }
+
+// f(l, mt, h) for each of the lane's rows: L lanes x 2 m16 tiles x 2 row halves.
+template <int L, class Fn>
+TS_DEV void for_lane_rows(Fn f) {
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) f(l, mt, h);
 }
 
 // The lane's rows' 2^-e (rows past O: 1).
 template <int L>
 TS_DEV void gemm_row_inverses(const GArgs& a, int r0w, int lane0, float (&inv)[L][2][2]) {
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = r0w + 16 * mt + ((lane0 + l) >> 2) + 8 * h;
-                inv[l][mt][h] = a.rexp != 0 && row < a.m.O ? pow2_inverse(a.rexp[row]) : 1.0f;
-            }
+    for_lane_rows<L>([&](int l, int mt, int h) {
+        const int row = r0w + 16 * mt + ((lane0 + l) >> 2) + 8 * h;
+        inv[l][mt][h] = a.rexp != 0 && row < a.m.O ? pow2_inverse(a.rexp[row]) : 1.0f;
+    });
 }
 
-// k-block u's f16x2 scale d 2^-e and offset z 2^-e of each of the lane's rows.
-template <int FMT, int L>
-struct DeqScales {
-    u32 d[L][2][2];
-    u32 z[L][2][2];
-};
+// k-block u's DeqScales from its raw scale words and the rows' 2^-e.
 template <int FMT, int CBT, int L>
 TS_DEV void gemm_deq_scales(const u32 (&r)[L][2][2][GemmShape<FMT, CBT>::U][MmaFmt<FMT>::NR], int u,
                             const float (&inv)[L][2][2], DeqScales<FMT, L>& s) {
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float d, z;
-                mma_scale_decode<FMT>(r[l][mt][h][u], d, z);
-                s.d[l][mt][h] = f16x2_splat(d * inv[l][mt][h]);
-                s.z[l][mt][h] = f16x2_splat(z * inv[l][mt][h]);
-            }
-}
-
-// gemm_decode_quad's pairs with the k-block's scales applied: d q (+ z), one rounding each.
-template <int FMT, int CBT, int L>
-TS_DEV void gemm_decode_quad_deq(const u32 (&w)[L][2][2][GemmShape<FMT, CBT>::U][GemmShape<FMT, CBT>::NW], int u,
-                                 int q, const DeqScales<FMT, L>& s,
-                                 u32 (&p)[L][2][2][GemmShape<FMT, CBT>::WPQ][MmaFmt<FMT>::PW]) {
-    gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int k = 0; k < GemmShape<FMT, CBT>::WPQ; ++k)
-#pragma unroll
-                    for (int i = 0; i < MmaFmt<FMT>::PW; ++i) {
-                        u32& v = p[l][mt][h][k][i];
-                        v = MmaFmt<FMT>::AFFINE ? hfma2(v, s.d[l][mt][h], s.z[l][mt][h]) : hmul2(v, s.d[l][mt][h]);
-                    }
+    for_lane_rows<L>([&](int l, int mt, int h) {
+        float d, z;
+        mma_scale_decode<FMT>(r[l][mt][h][u], d, z);
+        s.d[l][mt][h] = f16x2_splat(d * inv[l][mt][h]);
+        s.z[l][mt][h] = f16x2_splat(z * inv[l][mt][h]);
+    });
 }
 
 // acc += k-block kb's products c (C layout) times the k-block's scale, plus its zero term
@@ -2014,16 +2003,12 @@ TS_DEV void gemm_compute(const GArgs& a, int r0w, i64 st, int lane0,
 #pragma unroll
                     for (int q = 0; q < 4; ++q) c[l][mt][j][q] = SCALED ? 0.0f : acc[l][mt][j][q];
 #pragma unroll
-        DeqScales<FMT, L> ds;
+        DeqScales<FMT, L> ds{};
         if constexpr (DQ) gemm_deq_scales<FMT, CBT, L>(r, u, inv, ds);
 #pragma unroll
         for (int q = 0; q < G::NQ; ++q) {
             u32 p[L][2][2][G::WPQ][F::PW];
-            if constexpr (DQ) {
-                gemm_decode_quad_deq<FMT, CBT, L>(w, u, q, ds, p);
-            } else {
-                gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
-            }
+            gemm_decode_quad<FMT, CBT, L, DQ>(w, u, q, p, ds);
 #pragma unroll
             for (int j = 0; j < NTW; ++j) {
                 u32 xq[L][4];
@@ -2245,18 +2230,14 @@ TS_DEV void gemm_compute_wg(const GArgs& a, i64 st, int lane0, int nt0,
     for (int u = 0; u < G::U; ++u) {
         const i64 kb = st * G::U + u;
         if (kb >= nkb) break;  // uniform across the block
-        DeqScales<FMT, L> ds;
+        DeqScales<FMT, L> ds{};
         if constexpr (DQ) gemm_deq_scales<FMT, CBT, L>(r, u, inv, ds);
 #pragma unroll
         for (int q = 0; q < G::NQ; ++q) {
             // The group before the last is done: its A registers and its shared tiles are free.
             wg_wait<1>();
             u32 p[L][2][2][G::WPQ][F::PW];
-            if constexpr (DQ) {
-                gemm_decode_quad_deq<FMT, CBT, L>(w, u, q, ds, p);
-            } else {
-                gemm_decode_quad<FMT, CBT, L>(w, u, q, p);
-            }
+            gemm_decode_quad<FMT, CBT, L, DQ>(w, u, q, p, ds);
             if constexpr (SCALED)
                 if (q == 0) wg_fold_pending<FMT, CBT, P, NTW, L>(a, lane0, nt0, pend, c, acc);
             wg_fence();
