@@ -570,9 +570,10 @@ fn dequantized_gemm_keeps_tiny_and_huge_rows() {
         let (rows, cols) = gemm_shapes(format)[0];
         let mut w = quant_core::testdata::weights(&mut rng, rows, cols);
         // Rows 0 mod 3 tiny, 1 mod 3 huge; the f16-scaled formats (mq4-g256-v2, mq4c-g256)
-        // keep their scales within f16's normals: 1e-3 and 1e3.
+        // keep their headers within f16's normals: 1e-3 and 1e2 (at 1e3 an outlier row, 20
+        // times the others and spread by the rotation, passed f16's 65504 in a run).
         let f16_scales = matches!(format, Format::Mq4G256V2 | Format::Mq4cG256);
-        let (tiny, huge) = if f16_scales { (1e-3, 1e3) } else { (1e-9, 1e7) };
+        let (tiny, huge) = if f16_scales { (1e-3, 1e2) } else { (1e-9, 1e7) };
         for (r, row) in w.chunks_mut(cols).enumerate() {
             let k = match r % 3 {
                 0 => tiny,
