@@ -224,23 +224,16 @@ fn ptxas_report() -> Res<()> {
         tuning,
     };
     for (name, fmt, group, chunk_bytes) in issue_formats {
-        for (parts, dequant) in [(1u32, false), (2, false), (1, true)] {
-            if dequant && !kernels_cuda::caps::dequantizes(fmt) {
-                continue;
-            }
+        for precision in kernels_cuda::GemmPrecision::ALL {
             for wgmma in [false, true] {
-                let build = Build::Gemm {
-                    mma: MmaKernel { chunk_bytes },
-                    parts,
-                    dequant,
-                };
+                let build = precision.gemm_build(MmaKernel { chunk_bytes }, fmt);
                 let tuning = kernels_cuda::Tuning {
                     gemm_wgmma: wgmma,
                     ..Default::default()
                 };
                 let (ok, log, cubin) = ptxas(&src, &key(fmt, group, build, 0, tuning).options())?;
                 println!(
-                    "== {name} P={parts} dequant={dequant} wgmma={wgmma}: compile {ok:?}, cubin {cubin} bytes\n{log}"
+                    "== {name} {precision:?} wgmma={wgmma}: compile {ok:?}, cubin {cubin} bytes\n{log}"
                 );
             }
         }

@@ -239,6 +239,14 @@ impl GemmPrecision {
             GemmPrecision::F16Dequant => caps::dequantizes(fmt),
         }
     }
+    /// The GEMM build of tensor-core kernel format `fmt` at this precision.
+    pub fn gemm_build(self, mma: caps::MmaKernel, fmt: u32) -> Build {
+        Build::Gemm {
+            mma,
+            parts: self.parts(),
+            dequant: self.dequantizes(fmt),
+        }
+    }
     /// The worst magnitude-relative error (`oracle::worst_error`) this precision promises.
     pub fn tolerance(self) -> f64 {
         match self {
@@ -720,15 +728,7 @@ impl CudaBackend {
             };
             for &p in precisions {
                 if let Some(mma) = cap.mma {
-                    keys.push(self.key(
-                        cap.kernel,
-                        Build::Gemm {
-                            mma,
-                            parts: p.parts(),
-                            dequant: p.dequantizes(cap.kernel.fmt),
-                        },
-                        0,
-                    ));
+                    keys.push(self.key(cap.kernel, p.gemm_build(mma, cap.kernel.fmt), 0));
                 }
             }
             for &s in batches {
@@ -1895,17 +1895,8 @@ impl CudaBackend {
                         what: "activations prepared by a backend with another GEMM tiling".into(),
                     });
                 }
-                let parts = l.parts as u32;
                 let dequant = x.precision.dequantizes(cap.kernel.fmt);
-                let key = self.key(
-                    cap.kernel,
-                    Build::Gemm {
-                        mma,
-                        parts,
-                        dequant,
-                    },
-                    0,
-                );
+                let key = self.key(cap.kernel, x.precision.gemm_build(mma, cap.kernel.fmt), 0);
                 let f = self.function_of(key.clone())?;
                 let mut row_pow = w.row_pow.lock().unwrap_or_else(|p| p.into_inner());
                 if dequant && row_pow.is_none() {

@@ -3,9 +3,9 @@
 //! present (e.g. from the `nvidia-cuda-nvrtc` wheel on LD_LIBRARY_PATH) this runs on any
 //! machine; elsewhere it prints "skipped" and passes.
 
-use kernels_cuda::Mutation;
 use kernels_cuda::caps::{CAPABILITIES, KernelId, Op, fmt_id};
 use kernels_cuda::compile::{self, Build, ModuleKey, PrepInput, Tuning, arch_of};
+use kernels_cuda::{GemmPrecision, Mutation};
 use std::collections::HashSet;
 
 /// Every build a capability row can ask for, at one S per GEMV row (all S with `every_s`).
@@ -55,17 +55,10 @@ fn builds(every_s: bool) -> Vec<(KernelId, Build, usize)> {
             }
             Op::Gemm => {
                 let mma = c.mma.expect("every GEMM row has a tensor-core kernel");
-                let dq = kernels_cuda::caps::dequantizes(c.kernel.fmt);
-                let mut builds: Vec<Build> = [(1, false), (2, false), (1, true)]
-                    .into_iter()
-                    .filter(|&(_, dequant)| !dequant || dq)
-                    .map(|(parts, dequant)| Build::Gemm {
-                        mma,
-                        parts,
-                        dequant,
-                    })
-                    .collect();
-                if dq {
+                let mut builds: Vec<Build> = GemmPrecision::ALL
+                    .map(|p| p.gemm_build(mma, c.kernel.fmt))
+                    .to_vec();
+                if kernels_cuda::caps::dequantizes(c.kernel.fmt) {
                     builds.push(Build::GemmRowPow { mma });
                 }
                 for build in builds {
@@ -193,18 +186,11 @@ fn every_build_compiles_for_sm90() {
         (fmt_id::FP8_F32, 0, 16),
         (fmt_id::MQ4_V2, 0, 16),
     ] {
-        for (parts, dequant) in [(1, false), (2, false), (1, true)] {
-            if dequant && !kernels_cuda::caps::dequantizes(fmt) {
-                continue;
-            }
+        for precision in GemmPrecision::ALL {
             for wgmma in [true, false] {
                 let mut key = key(
                     KernelId { fmt, group },
-                    Build::Gemm {
-                        mma: kernels_cuda::caps::MmaKernel { chunk_bytes },
-                        parts,
-                        dequant,
-                    },
+                    precision.gemm_build(kernels_cuda::caps::MmaKernel { chunk_bytes }, fmt),
                     0,
                     None,
                 );
