@@ -637,6 +637,11 @@ pub(crate) trait QBody: Sync {
     fn eight_rows(&self) -> bool {
         false
     }
+    /// Rows of at most this many columns go one at a time, and at S = 1 longer ones in
+    /// column panels of at most this many ([`panels`]).
+    fn one_row_max_cols(&self) -> usize {
+        ONE_ROW_MAX_COLS
+    }
     /// Rows of the tensor (for the portable level's range check).
     fn rows(&self) -> usize;
     /// I.
@@ -657,6 +662,19 @@ pub(crate) trait QBody: Sync {
 /// columns) one row at a time still streamed [6144 x 16384] int4 at 2.0-2.6 ms against
 /// 1.8-2.1 ms four at a time (read-pair, alternated, 2026-11-30 12:32 UTC).
 pub(crate) const ONE_ROW_MAX_COLS: usize = 8192;
+
+/// [`ONE_ROW_MAX_COLS`] for the int4 bodies that walk 256-weight quads (int4-row and the
+/// groups that are a multiple of 64: [`QBody::one_row_max_cols`]): their `Pairs`
+/// activations take 1.25 bytes a weight, 20 KB for 16384 columns, and since the quad body
+/// prefetches its row (session 28) a whole 16384-column row one at a time streams faster
+/// than its 8192-column panels. Measured on the 2-core AMD EPYC (Zen 4) VM, `read-pair`
+/// [6144 x 16384], the two alternated (2026-12-07 21:41-21:50 UTC, docs/PERF.md session
+/// 30), mean share of the read in calls where it ran below 40 / at 48+ GB/s: int4-row
+/// 89.2 / 70.1% in panels against 92.5 / 85.2% whole, int4-g64 90.3 / 70.5% against 93.8 /
+/// 88.9% (eight rounds); int4-g128 87.5% against 88.8%, int4-g256 84.8% against 93.4% (six
+/// rounds, slow calls). The same change for int8-row (2.1 bytes a weight) and mq4-g256-v2
+/// lost 28 / 33 and 18 / 32 points.
+pub(crate) const INT4_QUADS_ONE_ROW_MAX_COLS: usize = 16384;
 
 /// Runs a [`QBody`] through [`drive`]: VNNI at [`SimdLevel::Avx512Vnni`], the AVX2 maddubs
 /// form at [`SimdLevel::Avx512`] and [`SimdLevel::Avx2`] (on Zen 4 the 256-bit form streams
@@ -691,7 +709,7 @@ impl<M: QBody> Micro for QDriver<M> {
         unsafe { run_madd::<M, R, T>(&self.0, o, t0, out) }
     }
     fn one_row_at_a_time(&self) -> bool {
-        self.0.cols() <= ONE_ROW_MAX_COLS
+        self.0.cols() <= self.0.one_row_max_cols()
     }
     fn eight_rows_at_a_time(&self) -> bool {
         self.0.eight_rows()

@@ -65,9 +65,22 @@ pub(crate) fn in_panels(
     units: usize,
     s: usize,
     out: &mut [f32],
+    f: impl FnMut(usize, usize, &mut [f32]),
+) {
+    in_panels_upto(on, units, ONE_ROW_MAX_COLS, s, out, f);
+}
+
+/// [`in_panels`] for a body whose rows go one at a time up to `max_cols` columns
+/// ([`super::QBody::one_row_max_cols`]).
+pub(crate) fn in_panels_upto(
+    on: bool,
+    units: usize,
+    max_cols: usize,
+    s: usize,
+    out: &mut [f32],
     mut f: impl FnMut(usize, usize, &mut [f32]),
 ) {
-    let max = ONE_ROW_MAX_COLS / UNIT;
+    let max = (max_cols / UNIT).max(1);
     if !on || s != 1 || units <= max {
         f(0, units, out);
         return;

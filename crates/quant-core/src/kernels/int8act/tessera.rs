@@ -30,8 +30,11 @@ use super::super::SimdLevel;
 use super::super::prefetch;
 use super::super::tail_chunk;
 use super::super::vector::QVec;
-use super::panels::{self, UNIT, in_panels};
-use super::{Int8Kernel, QActs, QBody, QDriver, QLayout, pairs_at};
+use super::panels::{self, UNIT, in_panels, in_panels_upto};
+use super::{
+    INT4_QUADS_ONE_ROW_MAX_COLS, Int8Kernel, ONE_ROW_MAX_COLS, QActs, QBody, QDriver, QLayout,
+    pairs_at,
+};
 use crate::codecs::util::read_f32;
 use crate::tensor::QTensor;
 
@@ -210,7 +213,8 @@ impl Int8Kernel for Int4Q {
         if body.gs.is_multiple_of(64) {
             // The quads walk whole 256-weight units: long rows go in column panels.
             let units = body.chunks.div_ceil(4);
-            in_panels(panels, units, a.s, out, |q0, q1, out| {
+            let max = body.one_row_max_cols();
+            in_panels_upto(panels, units, max, a.s, out, |q0, q1, out| {
                 QDriver(self.body(t, a).window(q0, q1)).run(level, row0, n, out)
             });
         } else {
@@ -708,6 +712,15 @@ impl QBody for Int4Body<'_, '_> {
     fn eight_rows(&self) -> bool {
         self.gs == 0 || self.gs == 64
     }
+    /// The quad bodies (int4-row, gs a multiple of 64) take whole rows of up to 16384
+    /// columns one at a time ([`INT4_QUADS_ONE_ROW_MAX_COLS`]).
+    fn one_row_max_cols(&self) -> usize {
+        if self.gs.is_multiple_of(64) {
+            INT4_QUADS_ONE_ROW_MAX_COLS
+        } else {
+            ONE_ROW_MAX_COLS
+        }
+    }
     #[inline(always)]
     unsafe fn run<Q: QVec, const R: usize, const T: usize>(
         &self,
@@ -898,13 +911,13 @@ impl QBody for AffineBody<'_, '_> {
 #[cfg(test)]
 mod tile_policy {
     //! The row tiles each body asks the driver for at S = 1: one row at a time up to
-    //! `ONE_ROW_MAX_COLS` columns, and on longer rows eight at a time where that was
+    //! `ONE_ROW_MAX_COLS` columns (`INT4_QUADS_ONE_ROW_MAX_COLS` for int4-row and the
+    //! groups that are a multiple of 64), and on longer rows eight at a time where that was
     //! measured to stream faster (each body's `eight_rows`; the driver takes them only at
     //! the AVX-512 levels), four otherwise. A speed choice:
     //! the results do not depend on it, so only these tests see the policy change.
     use super::*;
     use crate::kernels::Micro;
-    use crate::kernels::int8act::ONE_ROW_MAX_COLS;
     use crate::registry::Format;
     use crate::testdata::{Rng, weights};
     use crate::{EncodeOptions, encode};
@@ -936,16 +949,16 @@ mod tile_policy {
 
     #[test]
     fn short_rows_go_one_at_a_time_long_rows_eight_where_measured() {
-        let long = ONE_ROW_MAX_COLS + 256;
-        for (format, eight) in [
-            (Format::Int8Row, false),
-            (Format::Int4Row, true),
-            (Format::Int4G64, true),
-            (Format::Int4G128, false),
-            (Format::Mq4G256V2, true),
+        for (format, max, eight) in [
+            (Format::Int8Row, ONE_ROW_MAX_COLS, false),
+            (Format::Int4Row, INT4_QUADS_ONE_ROW_MAX_COLS, true),
+            (Format::Int4G64, INT4_QUADS_ONE_ROW_MAX_COLS, true),
+            (Format::Int4G128, INT4_QUADS_ONE_ROW_MAX_COLS, false),
+            (Format::Int4G96, ONE_ROW_MAX_COLS, false),
+            (Format::Mq4G256V2, ONE_ROW_MAX_COLS, true),
         ] {
-            assert!(policy(format, ONE_ROW_MAX_COLS).0, "{format}");
-            assert_eq!(policy(format, long), (false, eight), "{format}");
+            assert!(policy(format, max).0, "{format}");
+            assert_eq!(policy(format, max + 256), (false, eight), "{format}");
         }
     }
 }

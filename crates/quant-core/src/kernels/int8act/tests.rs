@@ -58,7 +58,8 @@ fn shapes(f: Format) -> Vec<(usize, usize)> {
         (2, 1000),
         (37, 2048),
         // Past ONE_ROW_MAX_COLS: the four-row tiles and two column panels, with a partial
-        // last chunk; then three panels.
+        // last chunk; then three panels (int4-row / int4-g64, one row at a time up to
+        // INT4_QUADS_ONE_ROW_MAX_COLS: one panel, then two).
         (9, 8448 + g + 3),
         (3, 16896 + g + 3),
     ]
