@@ -138,6 +138,23 @@ mod tests {
     }
 
     #[test]
+    fn a_body_s_own_limit_sets_its_panels() {
+        let upto = |units: usize, max_cols: usize| {
+            let mut seen = Vec::new();
+            in_panels_upto(true, units, max_cols, 1, &mut [0f32; 1], |a, b, _| {
+                seen.push((a, b))
+            });
+            seen
+        };
+        // 16384 columns: one panel under a 16384-column limit, two under the default.
+        assert_eq!(upto(64, 16384), vec![(0, 64)]);
+        assert_eq!(panels(64, 1), vec![(0, 32), (32, 64)]);
+        assert_eq!(upto(65, 16384), vec![(0, 33), (33, 65)]);
+        // A limit below one unit still walks whole units.
+        assert_eq!(upto(2, 100), vec![(0, 1), (1, 2)]);
+    }
+
+    #[test]
     fn a_panel_asks_two_rows_ahead_a_whole_row_as_before() {
         let rows = prefetch::per_stream(8);
         let (panel, whole) = (ahead(1, 2, 1000, rows), ahead(2, 2, 1000, rows));
